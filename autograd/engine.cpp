@@ -1,0 +1,159 @@
+// The backward pass: one topological sort from the root, gradients accumulated per node, and
+// broadcast gradients reduced to each input's shape here and nowhere else.
+#include <algorithm>
+#include <unordered_map>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "autograd/ops.h"
+
+namespace tinyformer {
+
+namespace {
+thread_local bool grad_mode_enabled = true;
+}
+
+bool GradMode::is_enabled() {
+  return grad_mode_enabled;
+}
+void GradMode::set_enabled(bool enabled) {
+  grad_mode_enabled = enabled;
+}
+
+namespace autograd {
+
+std::vector<Tensor> Node::apply(const Tensor& grad) {
+  TF_CHECK(backward_ != nullptr, "backward: the graph through '", name_,
+           "' was already freed by an earlier backward; pass retain_graph = true to the first "
+           "backward to run backward twice");
+  return backward_(grad);
+}
+
+std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad) {
+  auto leaf = leaf_.lock();
+  if (!leaf) return {};
+  // The leaf owns its gradient's memory, so optimizers and clipping may update it in place.
+  if (!leaf->grad.defined()) {
+    leaf->grad = raw::contiguous(grad).is_same(grad) ? grad.clone() : raw::contiguous(grad);
+  } else {
+    leaf->grad = add(leaf->grad, grad);
+  }
+  return {};
+}
+
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!GradMode::is_enabled()) return false;
+  return std::any_of(inputs.begin(), inputs.end(),
+                     [](const Tensor& t) { return t.requires_grad(); });
+}
+
+namespace {
+std::shared_ptr<Node> gradient_sink(const Tensor& t) {
+  if (!t.requires_grad()) return nullptr;
+  if (t.grad_fn()) return t.grad_fn();
+  TensorImpl* impl = t.impl();
+  auto acc = impl->grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    impl->grad_accumulator = acc;
+  }
+  return acc;
+}
+}  // namespace
+
+Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs,
+              BackwardFn backward) {
+  if (!needs_grad(inputs)) return out;
+  std::vector<Edge> edges;
+  edges.reserve(inputs.size());
+  for (const Tensor& in : inputs) {
+    edges.push_back({gradient_sink(in), in.defined() ? in.shape() : Shape{}});
+  }
+  out.impl()->grad_fn = std::make_shared<Node>(name, std::move(edges), std::move(backward));
+  out.impl()->requires_grad = true;
+  return out;
+}
+
+Tensor sum_to(const Tensor& grad, const Shape& shape) {
+  if (grad.shape() == shape) return grad;
+  const auto lead = static_cast<std::int64_t>(grad.dim()) - static_cast<std::int64_t>(shape.size());
+  TF_CHECK(lead >= 0, "backward: a gradient of shape ", shape_str(grad.shape()),
+           " cannot be reduced to shape ", shape_str(shape));
+  Shape dims;
+  for (std::int64_t d = 0; d < grad.dim(); ++d) {
+    if (d < lead || (shape[d - lead] == 1 && grad.size(d) != 1)) dims.push_back(d);
+  }
+  Tensor reduced = dims.empty() ? grad : sum(grad, dims, /*keepdim=*/true);
+  return reduced.reshape(shape);
+}
+
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
+  TF_CHECK(root.defined(), "backward: expected a defined tensor, got an undefined Tensor");
+  TF_CHECK(root.requires_grad(),
+           "backward: the tensor does not require grad (no input of the computation had "
+           "requires_grad set, or it ran under NoGradGuard)");
+  Tensor seed = grad;
+  if (!seed.defined()) {
+    TF_CHECK(root.numel() == 1,
+             "backward: an implicit gradient needs a tensor with one element, got shape ",
+             shape_str(root.shape()), "; pass the gradient explicitly");
+    seed = ones_like(root);
+  } else {
+    TF_CHECK(seed.shape() == root.shape() && seed.dtype() == root.dtype(),
+             "backward: expected a gradient of shape ", shape_str(root.shape()), " ", root.dtype(),
+             ", got ", shape_str(seed.shape()), " ", seed.dtype());
+  }
+
+  NoGradGuard no_grad;
+  std::shared_ptr<Node> start = gradient_sink(root);
+
+  // Count, for every node reachable from the root, how many edges lead into it.
+  std::unordered_map<Node*, int> pending;
+  std::vector<Node*> stack = {start.get()};
+  pending[start.get()] = 0;
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& e : node->inputs()) {
+      if (!e.node) continue;
+      auto [it, fresh] = pending.try_emplace(e.node.get(), 0);
+      ++it->second;
+      if (fresh) stack.push_back(e.node.get());
+    }
+  }
+
+  // Kahn's order: a node runs once every consumer has delivered its gradient.
+  std::unordered_map<Node*, Tensor> grads;
+  grads[start.get()] = seed;
+  std::vector<Node*> ready = {start.get()};
+  while (!ready.empty()) {
+    Node* node = ready.back();
+    ready.pop_back();
+    Tensor g = std::move(grads[node]);
+    grads.erase(node);
+    const auto& edges = node->inputs();
+    // A node whose consumers sent no gradient (all undefined) passes none on.
+    std::vector<Tensor> input_grads =
+        g.defined() ? node->apply(g) : std::vector<Tensor>(edges.size());
+    if (!retain_graph) node->release();
+    TF_CHECK(input_grads.size() == edges.size() || edges.empty(), "backward: '", node->name(),
+             "' returned ", input_grads.size(), " gradients for ", edges.size(), " inputs");
+    for (std::size_t i = 0; i < edges.size(); ++i) {
+      const Edge& e = edges[i];
+      if (!e.node) continue;
+      if (input_grads[i].defined()) {
+        Tensor gi = sum_to(input_grads[i], e.shape);
+        auto it = grads.find(e.node.get());
+        if (it == grads.end() || !it->second.defined()) {
+          grads[e.node.get()] = gi;
+        } else {
+          it->second = add(it->second, gi);
+        }
+      }
+      if (--pending[e.node.get()] == 0) ready.push_back(e.node.get());
+    }
+  }
+}
+
+}  // namespace autograd
+}  // namespace tinyformer

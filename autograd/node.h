@@ -1,0 +1,76 @@
+// The graph: each op that needs a gradient leaves a Node on its output, with an edge to the
+// node of every input. A Node's backward maps the gradient of its output to the gradients of
+// its inputs; the tensors it needs are captured by the backward function ("saved") and freed
+// after the backward pass unless it is asked to retain the graph.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tinyformer::autograd {
+
+class Node;
+
+// Where the gradient of one input goes. `node` is null when that input needs no gradient.
+struct Edge {
+  std::shared_ptr<Node> node;
+  Shape shape;  // the input's shape: the engine reduces broadcast gradients to it
+};
+
+// Given the gradient of the output, returns one gradient per input (undefined where none).
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad)>;
+
+class Node {
+ public:
+  Node(std::string name, std::vector<Edge> inputs, BackwardFn backward)
+      : name_(std::move(name)), inputs_(std::move(inputs)), backward_(std::move(backward)) {}
+  virtual ~Node() = default;
+
+  const std::string& name() const { return name_; }
+  const std::vector<Edge>& inputs() const { return inputs_; }
+
+  virtual std::vector<Tensor> apply(const Tensor& grad);
+  // Frees what the backward function saved; a later apply() throws.
+  virtual void release() { backward_ = nullptr; }
+
+ private:
+  std::string name_;
+  std::vector<Edge> inputs_;
+  BackwardFn backward_;
+};
+
+// The sink of a leaf tensor: adds the incoming gradient into the leaf's .grad().
+class AccumulateGrad : public Node {
+ public:
+  explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf)
+      : Node("AccumulateGrad", {}, nullptr), leaf_(leaf) {}
+  std::vector<Tensor> apply(const Tensor& grad) override;
+  void release() override {}
+
+ private:
+  std::weak_ptr<TensorImpl> leaf_;
+};
+
+// Saved copies hold the data but no history, so a node never keeps its own output alive.
+inline Tensor save(const Tensor& t) {
+  return t.defined() ? t.detach() : t;
+}
+
+// True when grad mode is on and any input requires a gradient.
+bool needs_grad(const std::vector<Tensor>& inputs);
+
+// Attaches a node named `name` to `out` when needs_grad(inputs); returns `out`.
+Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward);
+
+// Runs the backward pass from `root` (see Tensor::backward).
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+
+// Sums `grad` over broadcast dims so that it has `shape` (the one central place that undoes
+// broadcasting for every op).
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+
+}  // namespace tinyformer::autograd

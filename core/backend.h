@@ -1,0 +1,39 @@
+// Backend: the interface each device implements (backends/cpu, backends/cuda), one virtual per
+// primitive op of core/ops.def. core/ declares it and knows no concrete backend: the functions
+// cpu_backend() and cuda_backend() are defined by the backend libraries the program links (a
+// build without CUDA links a stub whose every entry throws).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/allocator.h"
+#include "core/ops.h"
+#include "core/tensor.h"
+
+namespace tinyformer {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual Allocator& allocator() = 0;
+  // Waits until all queued work on the device has finished.
+  virtual void synchronize() = 0;
+  // Copies bytes between host memory and this backend's memory (either side may be the host).
+  virtual void memcpy(void* dst, Device dst_device, const void* src, Device src_device,
+                      std::size_t bytes) = 0;
+
+#define TF_OP(name, params) virtual void name params = 0;
+#include "core/ops.def"
+#undef TF_OP
+};
+
+Backend& cpu_backend();   // defined in backends/cpu
+Backend& cuda_backend();  // defined in backends/cuda (or its stub)
+bool cuda_available();    // defined in backends/cuda (or its stub): false without a GPU
+
+// The backend that owns tensors on `device`.
+Backend& backend(Device device);
+
+}  // namespace tinyformer

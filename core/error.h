@@ -1,0 +1,38 @@
+// tinyformer::Error and the checks every public entry point uses to report bad input.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace tinyformer {
+
+// Every error a user can cause is an Error whose message names the op, what it expected and
+// what it got, e.g. "matmul: inner dimensions differ: [2, 3] @ [4, 5]".
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+template <typename... Parts>
+std::string concat(const Parts&... parts) {
+  std::ostringstream s;
+  (s << ... << parts);
+  return s.str();
+}
+}  // namespace detail
+
+// Throws an Error whose message is the concatenation of the parts (anything with operator<<).
+template <typename... Parts>
+[[noreturn]] void fail(const Parts&... parts) {
+  throw Error(detail::concat(parts...));
+}
+
+}  // namespace tinyformer
+
+// TF_CHECK(cond, "op: expected ...", value, ...): throw an Error unless cond holds.
+#define TF_CHECK(cond, ...)                       \
+  do {                                            \
+    if (!(cond)) ::tinyformer::fail(__VA_ARGS__); \
+  } while (false)

@@ -1,0 +1,23 @@
+// Shapes and strides: printing, element counts, dim normalisation and NumPy broadcasting.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace tinyformer {
+
+using Shape = std::vector<std::int64_t>;
+
+std::string shape_str(const Shape& shape);  // "[2, 3]"
+std::int64_t shape_numel(const Shape& shape);
+Shape contiguous_strides(const Shape& shape);
+
+// Maps a possibly negative dim into [0, ndim); throws naming `op` when out of range.
+std::int64_t normalize_dim(std::int64_t dim, std::int64_t ndim, const char* op);
+
+// The NumPy broadcast of two shapes; throws naming `op` when they are incompatible.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+}  // namespace tinyformer

@@ -1,0 +1,42 @@
+// Storage allocation through the device's allocator, the device registry and memory statistics.
+#include "core/storage.h"
+
+#include "core/backend.h"
+#include "core/random.h"
+
+namespace tinyformer {
+
+Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+  allocator_ = &backend(device).allocator();
+  data_ = allocator_->allocate(nbytes);
+}
+
+Storage::~Storage() {
+  allocator_->deallocate(data_, nbytes_);
+}
+
+Backend& backend(Device device) {
+  if (device.is_cpu()) return cpu_backend();
+  return cuda_backend();
+}
+
+MemoryStats memory_stats(Device device) {
+  return backend(device).allocator().stats();
+}
+void reset_peak_memory(Device device) {
+  backend(device).allocator().reset_peak();
+}
+void empty_cache(Device device) {
+  backend(device).allocator().empty_cache();
+}
+
+Generator& default_generator() {
+  static Generator generator;
+  return generator;
+}
+
+void manual_seed(std::uint64_t seed) {
+  default_generator().manual_seed(seed);
+}
+
+}  // namespace tinyformer

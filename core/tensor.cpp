@@ -1,0 +1,399 @@
+// Tensor layout, element access, factories and the raw layout operations.
+#include "core/tensor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+
+#include "core/backend.h"
+#include "core/random.h"
+
+namespace tinyformer {
+
+void Tensor::check_defined(const char* op) const {
+  TF_CHECK(impl_ != nullptr, op, ": expected a defined tensor, got an undefined (empty) Tensor");
+}
+
+const Shape& Tensor::shape() const {
+  check_defined("shape");
+  return impl_->shape;
+}
+const Shape& Tensor::strides() const {
+  check_defined("strides");
+  return impl_->strides;
+}
+std::int64_t Tensor::size(std::int64_t d) const {
+  return shape()[normalize_dim(d, dim(), "size")];
+}
+std::int64_t Tensor::stride(std::int64_t d) const {
+  return strides()[normalize_dim(d, dim(), "stride")];
+}
+std::int64_t Tensor::offset() const {
+  check_defined("offset");
+  return impl_->offset;
+}
+std::int64_t Tensor::numel() const {
+  return shape_numel(shape());
+}
+DType Tensor::dtype() const {
+  check_defined("dtype");
+  return impl_->dtype;
+}
+Device Tensor::device() const {
+  check_defined("device");
+  return impl_->storage->device();
+}
+const std::shared_ptr<Storage>& Tensor::storage() const {
+  check_defined("storage");
+  return impl_->storage;
+}
+
+bool Tensor::is_contiguous() const {
+  const Shape& s = shape();
+  std::int64_t expected = 1;
+  for (std::size_t i = s.size(); i-- > 0;) {
+    if (s[i] == 1) continue;
+    if (impl_->strides[i] != expected) return false;
+    expected *= s[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  check_defined("data_ptr");
+  return static_cast<char*>(impl_->storage->data()) +
+         impl_->offset * static_cast<std::int64_t>(element_size(impl_->dtype));
+}
+
+template <typename T>
+T* Tensor::data() const {
+  TF_CHECK(dtype() == dtype_of<T>(), "data: the tensor holds ", dtype(), ", asked for ",
+           dtype_of<T>());
+  return static_cast<T*>(data_ptr());
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  check_defined("to_vector");
+  Tensor host = raw::contiguous(raw::to_dtype(raw::to_device(*this, Device::cpu()), dtype_of<T>()));
+  const T* p = host.data<T>();
+  return std::vector<T>(p, p + host.numel());
+}
+
+template <typename T>
+T Tensor::item() const {
+  TF_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ",
+           shape_str(shape()));
+  return to_vector<T>()[0];
+}
+
+#define TF_INSTANTIATE_ACCESS(T)                        \
+  template T* Tensor::data<T>() const;                  \
+  template std::vector<T> Tensor::to_vector<T>() const; \
+  template T Tensor::item<T>() const;
+TF_INSTANTIATE_ACCESS(float)
+TF_INSTANTIATE_ACCESS(double)
+TF_INSTANTIATE_ACCESS(std::int64_t)
+TF_INSTANTIATE_ACCESS(bool)
+#undef TF_INSTANTIATE_ACCESS
+
+Tensor Tensor::detach() const {
+  check_defined("detach");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->shape = impl_->shape;
+  impl->strides = impl_->strides;
+  impl->offset = impl_->offset;
+  impl->dtype = impl_->dtype;
+  return Tensor(std::move(impl));
+}
+
+bool Tensor::requires_grad() const {
+  return impl_ && impl_->requires_grad;
+}
+
+Tensor& Tensor::requires_grad_(bool on) {
+  check_defined("requires_grad_");
+  TF_CHECK(!on || is_floating(dtype()),
+           "requires_grad_: only floating tensors can require gradients, got ", dtype());
+  TF_CHECK(impl_->grad_fn == nullptr,
+           "requires_grad_: expected a leaf tensor, got the output of an op (use detach() first)");
+  impl_->requires_grad = on;
+  return *this;
+}
+
+bool Tensor::is_leaf() const {
+  return impl_ == nullptr || impl_->grad_fn == nullptr;
+}
+
+Tensor Tensor::grad() const {
+  check_defined("grad");
+  return impl_->grad;
+}
+
+void Tensor::set_grad(const Tensor& grad) const {
+  check_defined("set_grad");
+  if (grad.defined()) {
+    TF_CHECK(grad.shape() == shape() && grad.dtype() == dtype() && grad.device() == device(),
+             "set_grad: expected a gradient of shape ", shape_str(shape()), " ", dtype(), " on ",
+             device(), ", got ", shape_str(grad.shape()), " ", grad.dtype(), " on ", grad.device());
+  }
+  impl_->grad = grad;
+}
+
+void Tensor::zero_grad() const {
+  check_defined("zero_grad");
+  impl_->grad = Tensor();
+}
+
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<autograd::Node> none;
+  return impl_ ? impl_->grad_fn : none;
+}
+
+// --- Printing ---
+
+namespace {
+void print_values(std::ostream& os, const std::vector<double>& v, const Shape& shape,
+                  const Shape& strides, std::size_t d, std::int64_t base, bool integral) {
+  if (shape.empty()) {
+    os << v[0];
+    return;
+  }
+  const std::int64_t n = shape[d];
+  const bool elide = n > 8;
+  os << "[";
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (elide && i == 3) {
+      os << (d + 1 == shape.size() ? "..., " : "...,\n" + std::string(d + 1, ' '));
+      i = n - 3;
+    }
+    const std::int64_t at = base + i * strides[d];
+    if (d + 1 == shape.size()) {
+      if (integral) {
+        os << static_cast<std::int64_t>(v[at]);
+      } else {
+        os << std::setprecision(4) << v[at];
+      }
+    } else {
+      print_values(os, v, shape, strides, d + 1, at, integral);
+    }
+    if (i + 1 < n) os << (d + 1 == shape.size() ? ", " : ",\n" + std::string(d + 1, ' '));
+  }
+  os << "]";
+}
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "Tensor(undefined)";
+  os << "Tensor(shape=" << shape_str(t.shape()) << ", dtype=" << t.dtype();
+  if (!t.device().is_cpu()) os << ", device=" << t.device();
+  if (t.requires_grad()) os << ", requires_grad";
+  os << ")\n";
+  const auto values = t.to_vector<double>();
+  print_values(os, values, t.shape(), contiguous_strides(t.shape()), 0, 0, !is_floating(t.dtype()));
+  return os;
+}
+
+// --- Factories ---
+
+namespace {
+Tensor make_tensor(const Shape& shape, DType dtype, Device device) {
+  for (auto d : shape) {
+    TF_CHECK(d >= 0, "empty: expected non-negative sizes, got shape ", shape_str(shape));
+  }
+  auto impl = std::make_shared<TensorImpl>();
+  const auto n = shape_numel(shape);
+  impl->storage =
+      std::make_shared<Storage>(static_cast<std::size_t>(n) * element_size(dtype), device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor finish(Tensor t, const TensorOptions& options) {
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+}  // namespace
+
+Tensor empty(const Shape& shape, const TensorOptions& options) {
+  return finish(make_tensor(shape, options.dtype, options.device), options);
+}
+
+Tensor full(const Shape& shape, double value, const TensorOptions& options) {
+  Tensor t = make_tensor(shape, options.dtype, options.device);
+  raw::fill(t, value);
+  return finish(t, options);
+}
+
+Tensor zeros(const Shape& shape, const TensorOptions& options) {
+  return full(shape, 0.0, options);
+}
+Tensor ones(const Shape& shape, const TensorOptions& options) {
+  return full(shape, 1.0, options);
+}
+Tensor scalar_tensor(double value, const TensorOptions& options) {
+  return full({}, value, options);
+}
+
+Tensor empty_like(const Tensor& t) {
+  return empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+}
+Tensor zeros_like(const Tensor& t) {
+  return zeros(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+}
+Tensor ones_like(const Tensor& t) {
+  return ones(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+}
+Tensor full_like(const Tensor& t, double value) {
+  return full(t.shape(), value, {.dtype = t.dtype(), .device = t.device()});
+}
+
+Tensor arange(double start, double end, double step, const TensorOptions& options) {
+  TF_CHECK(step != 0.0, "arange: expected a non-zero step, got 0");
+  TF_CHECK((end - start) / step >= 0, "arange: the step ", step, " never reaches ", end, " from ",
+           start);
+  const auto n = static_cast<std::int64_t>(std::ceil((end - start) / step));
+  Tensor t = make_tensor({n}, options.dtype, options.device);
+  if (n > 0) backend(t.device()).arange(t, start, step);
+  return finish(t, options);
+}
+
+Tensor arange(std::int64_t end, const TensorOptions& options) {
+  return arange(0.0, static_cast<double>(end), 1.0, options);
+}
+
+namespace {
+Tensor random_tensor(const Shape& shape, const TensorOptions& options, RandomKind kind, double a,
+                     double b, const char* op) {
+  TF_CHECK(is_floating(options.dtype), op, ": expected a floating dtype, got ", options.dtype);
+  Tensor t = make_tensor(shape, options.dtype, options.device);
+  const auto [seed, offset] = default_generator().reserve(static_cast<std::uint64_t>(t.numel()));
+  if (t.numel() > 0) backend(t.device()).random(t, kind, seed, offset, a, b);
+  return finish(t, options);
+}
+}  // namespace
+
+Tensor randn(const Shape& shape, const TensorOptions& options) {
+  return random_tensor(shape, options, RandomKind::normal, 0.0, 1.0, "randn");
+}
+Tensor rand(const Shape& shape, const TensorOptions& options) {
+  return random_tensor(shape, options, RandomKind::uniform, 0.0, 1.0, "rand");
+}
+
+template <typename T>
+Tensor from(const std::vector<T>& values, const Shape& shape, Device device) {
+  TF_CHECK(static_cast<std::int64_t>(values.size()) == shape_numel(shape), "from: shape ",
+           shape_str(shape), " holds ", shape_numel(shape), " elements, got ", values.size(),
+           " values");
+  Tensor host = make_tensor(shape, dtype_of<T>(), Device::cpu());
+  if constexpr (std::is_same_v<T, bool>) {
+    auto* p = static_cast<bool*>(host.data_ptr());
+    for (std::size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  } else if (!values.empty()) {
+    std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
+  }
+  return device.is_cpu() ? host : raw::to_device(host, device);
+}
+template Tensor from<float>(const std::vector<float>&, const Shape&, Device);
+template Tensor from<double>(const std::vector<double>&, const Shape&, Device);
+template Tensor from<std::int64_t>(const std::vector<std::int64_t>&, const Shape&, Device);
+template Tensor from<bool>(const std::vector<bool>&, const Shape&, Device);
+
+// --- Raw layout operations ---
+
+namespace raw {
+
+Tensor as_strided(const Tensor& base, const Shape& shape, const Shape& strides,
+                  std::int64_t offset) {
+  TF_CHECK(shape.size() == strides.size(), "as_strided: ", shape.size(), " sizes but ",
+           strides.size(), " strides");
+  // Every reachable element must lie inside the storage.
+  std::int64_t lo = offset, hi = offset;
+  bool empty = false;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    TF_CHECK(shape[i] >= 0, "as_strided: negative size in ", shape_str(shape));
+    if (shape[i] == 0) empty = true;
+    const std::int64_t span = (shape[i] - 1) * strides[i];
+    (span < 0 ? lo : hi) += span;
+  }
+  const auto capacity =
+      static_cast<std::int64_t>(base.storage()->nbytes() / element_size(base.dtype()));
+  TF_CHECK(empty || (lo >= 0 && hi < capacity), "as_strided: the view ", shape_str(shape),
+           " with strides ", shape_str(strides), " at offset ", offset,
+           " reaches outside a storage of ", capacity, " elements");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  return Tensor(std::move(impl));
+}
+
+Tensor expand(const Tensor& t, const Shape& shape, const char* op) {
+  if (t.shape() == shape) return t;
+  const auto lead = static_cast<std::int64_t>(shape.size()) - t.dim();
+  TF_CHECK(lead >= 0, op, ": cannot broadcast shape ", shape_str(t.shape()), " to ",
+           shape_str(shape));
+  Shape strides(shape.size(), 0);
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    const std::int64_t want = shape[d + lead], have = t.size(d);
+    TF_CHECK(have == want || have == 1, op, ": cannot broadcast shape ", shape_str(t.shape()),
+             " to ", shape_str(shape));
+    strides[d + lead] = have == want ? t.stride(d) : 0;
+  }
+  return as_strided(t, shape, strides, t.offset());
+}
+
+void copy(const Tensor& src, const Tensor& dst) {
+  TF_CHECK(src.shape() == dst.shape(), "copy: expected equal shapes, got ", shape_str(src.shape()),
+           " into ", shape_str(dst.shape()));
+  if (src.numel() == 0) return;
+  if (src.device() == dst.device()) {
+    backend(src.device()).copy(src, dst);
+    return;
+  }
+  // Across devices: bytes move contiguously in the source dtype, then convert on the target.
+  Tensor packed = contiguous(src);
+  Tensor landing = dst.is_contiguous() && dst.dtype() == src.dtype()
+                       ? dst
+                       : empty(src.shape(), {.dtype = src.dtype(), .device = dst.device()});
+  Backend& mover = src.device().is_cpu() ? backend(dst.device()) : backend(src.device());
+  mover.memcpy(landing.data_ptr(), dst.device(), packed.data_ptr(), src.device(),
+               static_cast<std::size_t>(src.numel()) * element_size(src.dtype()));
+  if (!landing.is_same(dst)) backend(dst.device()).copy(landing, dst);
+}
+
+Tensor contiguous(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor out = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+  backend(t.device()).copy(t, out);
+  return out;
+}
+
+Tensor to_dtype(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = empty(t.shape(), {.dtype = dtype, .device = t.device()});
+  if (t.numel() > 0) backend(t.device()).copy(t, out);
+  return out;
+}
+
+Tensor to_device(const Tensor& t, Device device) {
+  if (t.device() == device) return t;
+  if (device.is_cuda()) backend(device);  // a clear error when the build has no CUDA
+  Tensor out = empty(t.shape(), {.dtype = t.dtype(), .device = device});
+  copy(t, out);
+  return out;
+}
+
+void fill(const Tensor& t, double value) {
+  if (t.numel() > 0) backend(t.device()).fill(t, value);
+}
+
+}  // namespace raw
+
+}  // namespace tinyformer
