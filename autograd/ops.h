@@ -1,6 +1,7 @@
 // Every differentiable op of the autograd layer.
 #pragma once
 
+#include "autograd/attention.h"
 #include "autograd/conv_pool.h"
 #include "autograd/elementwise.h"
 #include "autograd/embedding.h"

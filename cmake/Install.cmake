@@ -1,11 +1,30 @@
 # cmake --install: headers under include/tinyformer/, the library, and a package config so that
-# an outside project writes find_package(tinyformer CONFIG REQUIRED).
+# an outside project writes find_package(tinyformer CONFIG REQUIRED) and links
+# tinyformer::tinyformer (tested by tests/install/check_install.cmake).
 include(CMakePackageConfigHelpers)
 
-install(TARGETS tinyformer EXPORT tinyformerTargets
+# The installed library keeps the directories of the libraries it links in its RUNPATH. This
+# matters for OpenBLAS: Debian's alternatives may point libopenblas.so.0 at the pthread build,
+# which would start a second thread pool beside OpenMP's; the RUNPATH pins the OpenMP build.
+set_target_properties(tinyformer PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+
+set(tinyformer_export_targets tinyformer)
+if(BUILD_SHARED_LIBS)
+  set(TINYFORMER_PACKAGE_STATIC OFF)
+else()
+  # A static archive leaves oneDNN, OpenBLAS and OpenMP to the program's link step, so the
+  # package carries the target that names them and its config finds oneDNN and OpenMP.
+  set(TINYFORMER_PACKAGE_STATIC ON)
+  set_target_properties(tinyformer_deps_cpu PROPERTIES EXPORT_NAME deps_cpu)
+  list(APPEND tinyformer_export_targets tinyformer_deps_cpu)
+endif()
+
+install(TARGETS ${tinyformer_export_targets} EXPORT tinyformerTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The public headers keep their layer folders: <tinyformer/core/tensor.h>, and the umbrella
+# <tinyformer/tinyformer.h>. Backend headers stay private.
 foreach(layer core autograd nn)
   install(DIRECTORY ${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tinyformer/${layer}
     FILES_MATCHING PATTERN "*.h" PATTERN "*.def")

@@ -394,6 +394,20 @@ void fill(const Tensor& t, double value) {
   if (t.numel() > 0) backend(t.device()).fill(t, value);
 }
 
+void set_data(const Tensor& dst, const Tensor& src) {
+  TF_CHECK(dst.defined() && src.defined(), "set_data: expected defined tensors");
+  TF_CHECK(dst.shape() == src.shape(), "set_data: expected shape ", shape_str(dst.shape()),
+           ", got ", shape_str(src.shape()));
+  TensorImpl* impl = dst.impl();
+  impl->storage = src.storage();
+  impl->strides = src.strides();
+  impl->offset = src.offset();
+  impl->dtype = src.dtype();
+  if (impl->grad.defined() && (impl->grad.device() != src.device() || impl->grad.dtype() != src.dtype())) {
+    impl->grad = Tensor();
+  }
+}
+
 }  // namespace raw
 
 }  // namespace tinyformer

@@ -168,6 +168,9 @@ Tensor contiguous(const Tensor& t);
 Tensor to_dtype(const Tensor& t, DType dtype);
 Tensor to_device(const Tensor& t, Device device);
 void fill(const Tensor& t, double value);
+// Points `dst` at `src`'s storage and layout (its dtype too), keeping dst's autograd identity:
+// every handle of dst sees the new data. Used to move parameters between devices in place.
+void set_data(const Tensor& dst, const Tensor& src);
 }  // namespace raw
 
 }  // namespace tinyformer

@@ -1,0 +1,248 @@
+// CpuBackend::layer_norm and layer_norm_backward over the last dim of a contiguous [R, C]
+// tensor: one row per loop iteration (a row fits in L1), rows spread over the OpenMP threads.
+//
+// float32 forward: oneDNN's layer_normalization, which keeps several partial sums in flight where
+// our loop's reductions wait on one accumulator; float64 and every backward: loops.
+// MEASURE_LN
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dnnl_context.h"
+#include "core/error.h"
+
+namespace tinyformer::cpu {
+
+namespace {
+
+constexpr std::int64_t kParallelElements = 1 << 15;
+
+// y = (x - mean) * rstd * w + b, with mean and rstd = 1 / sqrt(var + eps) saved per row.
+// x, y: [R, C]; w, b: [C] or null; mean, rstd: [R]
+template <typename T>
+void layer_norm_rows(const T* x, const T* w, const T* b, T eps, T* y, T* mean_out, T* rstd_out,
+                     std::int64_t rows, std::int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements && \
+                                              !omp_in_parallel())
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (std::int64_t c = 0; c < cols; ++c) sum += xr[c];
+    const T mean = sum / static_cast<T>(cols);
+    // Two passes over the row (it is in L1): sum((x - mean)^2) does not cancel the way
+    // sum(x^2) - C mean^2 does when |mean| >> std.
+    T sq = 0;
+#pragma omp simd reduction(+ : sq)
+    for (std::int64_t c = 0; c < cols; ++c) sq += (xr[c] - mean) * (xr[c] - mean);
+    const T rstd = T(1) / std::sqrt(sq / static_cast<T>(cols) + eps);
+    mean_out[r] = mean;
+    rstd_out[r] = rstd;
+    if (w != nullptr && b != nullptr) {
+#pragma omp simd
+      for (std::int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mean) * rstd * w[c] + b[c];
+    } else if (w != nullptr) {
+#pragma omp simd
+      for (std::int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mean) * rstd * w[c];
+    } else if (b != nullptr) {
+#pragma omp simd
+      for (std::int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mean) * rstd + b[c];
+    } else {
+#pragma omp simd
+      for (std::int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mean) * rstd;
+    }
+  }
+}
+
+// With xhat = (x - mean) * rstd and gy = g * w (g when there is no weight):
+//   dx = rstd * (gy - mean(gy) - xhat * mean(gy * xhat))      per row
+//   dw = sum over rows of g * xhat,  db = sum over rows of g   per column
+// The column sums are accumulated per thread in a [threads, C] buffer, then added in thread
+// order, so the result does not depend on timing.
+// g, x, dx: [R, C]; w: [C] or null; mean, rstd: [R]; dx, dw, db: null when not wanted
+template <typename T>
+void layer_norm_backward_rows(const T* g, const T* x, const T* w, const T* mean, const T* rstd,
+                              T* dx, T* dw, T* db, std::int64_t rows, std::int64_t cols) {
+  const bool parallel = rows * cols >= kParallelElements && !omp_in_parallel();
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  const bool columns = dw != nullptr || db != nullptr;
+  std::vector<T> partial(columns ? static_cast<std::size_t>(threads) * 2 * cols : 0, T(0));
+  // A scratch row per thread for gy = g * w.
+  std::vector<T> scratch(w != nullptr && dx != nullptr ? static_cast<std::size_t>(threads) * cols
+                                                       : 0);
+#pragma omp parallel num_threads(threads) if (parallel)
+  {
+    const int t = omp_get_thread_num();
+    T* pw = columns ? partial.data() + static_cast<std::size_t>(t) * 2 * cols : nullptr;
+    T* pb = columns ? pw + cols : nullptr;
+    T* gy_row = scratch.empty() ? nullptr : scratch.data() + static_cast<std::size_t>(t) * cols;
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const T* gr = g + r * cols;
+      const T* xr = x + r * cols;
+      const T m = mean[r], s = rstd[r];
+      if (columns) {
+#pragma omp simd
+        for (std::int64_t c = 0; c < cols; ++c) {
+          pw[c] += gr[c] * ((xr[c] - m) * s);
+          pb[c] += gr[c];
+        }
+      }
+      if (dx == nullptr) continue;
+      const T* gy = gr;
+      if (gy_row != nullptr) {
+#pragma omp simd
+        for (std::int64_t c = 0; c < cols; ++c) gy_row[c] = gr[c] * w[c];
+        gy = gy_row;
+      }
+      T sum_gy = 0, sum_gy_xhat = 0;
+#pragma omp simd reduction(+ : sum_gy, sum_gy_xhat)
+      for (std::int64_t c = 0; c < cols; ++c) {
+        sum_gy += gy[c];
+        sum_gy_xhat += gy[c] * ((xr[c] - m) * s);
+      }
+      const T a = sum_gy / static_cast<T>(cols), bq = sum_gy_xhat / static_cast<T>(cols);
+      T* dr = dx + r * cols;
+#pragma omp simd
+      for (std::int64_t c = 0; c < cols; ++c) dr[c] = s * (gy[c] - a - (xr[c] - m) * s * bq);
+    }
+  }
+  if (!columns) return;
+  for (std::int64_t c = 0; c < cols; ++c) {
+    T sw = 0, sb = 0;
+    for (int t = 0; t < threads; ++t) {
+      sw += partial[static_cast<std::size_t>(t) * 2 * cols + c];
+      sb += partial[static_cast<std::size_t>(t) * 2 * cols + cols + c];
+    }
+    if (dw != nullptr) dw[c] = sw;
+    if (db != nullptr) db[c] = sb;
+  }
+}
+
+// The float32 forward on oneDNN. It saves the variance; backward wants rstd = 1 / sqrt(var + eps).
+// x, out: [R, C]; weight, bias: [C] or undefined; mean, rstd: [R]
+void layer_norm_dnnl(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                     const Tensor& out, const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layer_norm";
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  auto flags = dnnl::normalization_flags::none;
+  if (weight.defined()) flags |= dnnl::normalization_flags::use_scale;
+  if (bias.defined()) flags |= dnnl::normalization_flags::use_shift;
+  const auto data_desc = dnnl_desc(x, op);
+  const auto stat_desc = dnnl_desc(mean, op);
+  PrimitiveKey key(op);
+  key.add(rows)
+      .add(cols)
+      .add(static_cast<std::int64_t>(flags))
+      .add(std::bit_cast<std::int32_t>(eps));
+  const CachedPrimitive p = cached_primitive(
+      key,
+      [&] {
+        dnnl::layer_normalization_forward::primitive_desc pd(
+            dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_training, data_desc,
+                                                    stat_desc, eps, flags),
+            dnnl_attr(), dnnl_engine());
+        return CachedPrimitive{dnnl::layer_normalization_forward(pd), pd};
+      },
+      rows * cols);
+  // The variance lands in rstd's memory, then becomes rstd in place.
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl_memory(data_desc, x)},
+                                                {DNNL_ARG_DST, dnnl_memory(data_desc, out)},
+                                                {DNNL_ARG_MEAN, dnnl_memory(stat_desc, mean)},
+                                                {DNNL_ARG_VARIANCE, dnnl_memory(stat_desc, rstd)}};
+  if (weight.defined()) args.emplace(DNNL_ARG_SCALE, dnnl_memory(dnnl_desc(weight, op), weight));
+  if (bias.defined()) args.emplace(DNNL_ARG_SHIFT, dnnl_memory(dnnl_desc(bias, op), bias));
+  dnnl_execute(p, std::move(args), op, rows * cols);
+  float* r = rstd.data<float>();
+#pragma omp simd
+  for (std::int64_t i = 0; i < rows; ++i) r[i] = 1.0f / std::sqrt(r[i] + eps);
+}
+
+void check_tensor(const Tensor& t, const char* op, const char* name, const Shape& shape,
+                  DType dtype) {
+  TF_CHECK(t.shape() == shape, op, ": expected ", name, " of shape ", shape_str(shape), ", got ",
+           shape_str(t.shape()));
+  TF_CHECK(t.dtype() == dtype, op, ": expected ", name, " of dtype ", dtype, ", got ", t.dtype());
+  TF_CHECK(t.device().is_cpu(), op, ": the CPU backend got ", name, " on ", t.device());
+  TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
+           shape_str(t.strides()));
+}
+
+// x: [R, C] floating; returns R, C after checking that `x` is usable.
+void check_input(const Tensor& x, const char* op) {
+  TF_CHECK(x.defined(), op, ": expected a defined x, got an undefined Tensor");
+  TF_CHECK(x.dim() == 2, op, ": expected x of shape [R, C], got ", shape_str(x.shape()));
+  TF_CHECK(is_floating(x.dtype()), op, ": expected float32 or float64, got ", x.dtype());
+  check_tensor(x, op, "x", x.shape(), x.dtype());
+}
+
+// The data of an optional tensor (weight, bias, a gradient that may not be wanted), or null.
+template <typename T>
+T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+}  // namespace
+
+// x, out: [R, C]; weight, bias: [C] or undefined; mean, rstd: [R]
+void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                            const Tensor& out, const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layer_norm";
+  check_input(x, op);
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  TF_CHECK(out.defined() && mean.defined() && rstd.defined(), op,
+           ": expected defined out, mean and rstd, got an undefined Tensor");
+  check_tensor(out, op, "out", x.shape(), x.dtype());
+  check_tensor(mean, op, "mean", {rows}, x.dtype());
+  check_tensor(rstd, op, "rstd", {rows}, x.dtype());
+  if (weight.defined()) check_tensor(weight, op, "weight", {cols}, x.dtype());
+  if (bias.defined()) check_tensor(bias, op, "bias", {cols}, x.dtype());
+  TF_CHECK(eps >= 0, op, ": expected eps >= 0, got ", eps);
+  if (rows == 0) return;
+  TF_CHECK(cols > 0, op, ": cannot normalize rows of 0 elements (x ", shape_str(x.shape()), ")");
+  if (x.dtype() == DType::float32) {
+    layer_norm_dnnl(x, weight, bias, static_cast<float>(eps), out, mean, rstd);
+  } else {
+    layer_norm_rows(x.data<double>(), data_or_null<double>(weight), data_or_null<double>(bias), eps,
+                    out.data<double>(), mean.data<double>(), rstd.data<double>(), rows, cols);
+  }
+}
+
+// grad, x, grad_x: [R, C]; weight: [C] or undefined; mean, rstd: [R] from the forward;
+// grad_weight, grad_bias: [C] or undefined (not wanted). grad_x may be undefined too.
+void CpuBackend::layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                                     const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
+                                     const Tensor& grad_weight, const Tensor& grad_bias) {
+  const char* op = "layer_norm_backward";
+  check_input(x, op);
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  TF_CHECK(grad.defined() && mean.defined() && rstd.defined(), op,
+           ": expected defined grad, mean and rstd, got an undefined Tensor");
+  check_tensor(grad, op, "grad", x.shape(), x.dtype());
+  check_tensor(mean, op, "mean", {rows}, x.dtype());
+  check_tensor(rstd, op, "rstd", {rows}, x.dtype());
+  if (weight.defined()) check_tensor(weight, op, "weight", {cols}, x.dtype());
+  if (grad_x.defined()) check_tensor(grad_x, op, "grad_x", x.shape(), x.dtype());
+  if (grad_weight.defined()) check_tensor(grad_weight, op, "grad_weight", {cols}, x.dtype());
+  if (grad_bias.defined()) check_tensor(grad_bias, op, "grad_bias", {cols}, x.dtype());
+  if (cols == 0) return;
+  if (x.dtype() == DType::float32) {
+    layer_norm_backward_rows(grad.data<float>(), x.data<float>(), data_or_null<float>(weight),
+                             mean.data<float>(), rstd.data<float>(), data_or_null<float>(grad_x),
+                             data_or_null<float>(grad_weight), data_or_null<float>(grad_bias), rows,
+                             cols);
+  } else {
+    layer_norm_backward_rows(grad.data<double>(), x.data<double>(), data_or_null<double>(weight),
+                             mean.data<double>(), rstd.data<double>(), data_or_null<double>(grad_x),
+                             data_or_null<double>(grad_weight), data_or_null<double>(grad_bias),
+                             rows, cols);
+  }
+}
+
+}  // namespace tinyformer::cpu

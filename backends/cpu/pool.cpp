@@ -1,0 +1,138 @@
+// CpuBackend::pool1d and pool1d_backward: average or max pooling over full windows of a
+// contiguous [B, C, L] tensor (no padding; Lout = (L - kernel) / stride + 1), as loops over the
+// B * C rows for both dtypes. MEASURE_POOL
+#include <omp.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+
+namespace tinyformer::cpu {
+
+namespace {
+
+constexpr std::int64_t kParallelElements = 1 << 15;
+
+// The index in [0, kernel) of the first maximum of w[0..kernel). A NaN counts as larger than
+// anything, so it propagates like PyTorch's max pooling.
+template <typename T>
+std::int64_t first_max(const T* w, std::int64_t kernel) {
+  std::int64_t best = 0;
+  for (std::int64_t k = 1; k < kernel; ++k) {
+    if (w[best] != w[best]) break;
+    if (w[k] > w[best] || w[k] != w[k]) best = k;
+  }
+  return best;
+}
+
+// x: [rows, L] -> out: [rows, Lout]
+template <typename T>
+void pool_forward(PoolKind kind, const T* x, T* out, std::int64_t rows, std::int64_t length,
+                  std::int64_t kernel, std::int64_t stride, std::int64_t out_length) {
+  const T inv_kernel = T(1) / static_cast<T>(kernel);
+#pragma omp parallel for schedule(static) if (rows * length >= kParallelElements && \
+                                              !omp_in_parallel())
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * length;
+    T* yr = out + r * out_length;
+    for (std::int64_t t = 0; t < out_length; ++t) {
+      const T* w = xr + t * stride;
+      if (kind == PoolKind::max) {
+        yr[t] = w[first_max(w, kernel)];
+      } else {
+        T sum = 0;
+        for (std::int64_t k = 0; k < kernel; ++k) sum += w[k];
+        yr[t] = sum * inv_kernel;
+      }
+    }
+  }
+}
+
+// average: each window spreads g / kernel over its elements; max: the window's first maximum
+// takes all of g. Overlapping windows (stride < kernel) add up. g: [rows, Lout] -> gx: [rows, L]
+template <typename T>
+void pool_backward(PoolKind kind, const T* g, const T* x, T* gx, std::int64_t rows,
+                   std::int64_t length, std::int64_t kernel, std::int64_t stride,
+                   std::int64_t out_length) {
+  const T inv_kernel = T(1) / static_cast<T>(kernel);
+#pragma omp parallel for schedule(static) if (rows * length >= kParallelElements && \
+                                              !omp_in_parallel())
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* gr = g + r * out_length;
+    const T* xr = x + r * length;
+    T* dr = gx + r * length;
+    std::memset(dr, 0, static_cast<std::size_t>(length) * sizeof(T));
+    for (std::int64_t t = 0; t < out_length; ++t) {
+      if (kind == PoolKind::max) {
+        dr[t * stride + first_max(xr + t * stride, kernel)] += gr[t];
+      } else {
+        const T share = gr[t] * inv_kernel;
+        for (std::int64_t k = 0; k < kernel; ++k) dr[t * stride + k] += share;
+      }
+    }
+  }
+}
+
+void check_tensor(const Tensor& t, const char* op, const char* name, const Shape& shape,
+                  DType dtype) {
+  TF_CHECK(t.defined(), op, ": expected a defined ", name, ", got an undefined Tensor");
+  TF_CHECK(t.shape() == shape, op, ": expected ", name, " of shape ", shape_str(shape), ", got ",
+           shape_str(t.shape()));
+  TF_CHECK(t.dtype() == dtype, op, ": expected ", name, " of dtype ", dtype, ", got ", t.dtype());
+  TF_CHECK(t.device().is_cpu(), op, ": the CPU backend got ", name, " on ", t.device());
+  TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
+           shape_str(t.strides()));
+}
+
+// x: [B, C, L]; returns Lout after checking x, kernel and stride.
+std::int64_t pool_out_length(const char* op, const Tensor& x, std::int64_t kernel,
+                             std::int64_t stride) {
+  TF_CHECK(x.defined(), op, ": expected a defined x, got an undefined Tensor");
+  TF_CHECK(x.dim() == 3, op, ": expected x of shape [B, C, L], got ", shape_str(x.shape()));
+  TF_CHECK(is_floating(x.dtype()), op, ": expected float32 or float64, got ", x.dtype());
+  check_tensor(x, op, "x", x.shape(), x.dtype());
+  TF_CHECK(kernel >= 1 && stride >= 1, op, ": expected kernel >= 1 and stride >= 1, got kernel ",
+           kernel, " and stride ", stride);
+  TF_CHECK(x.size(2) >= kernel, op, ": the kernel (", kernel, ") is longer than the input (",
+           x.size(2), ")");
+  return (x.size(2) - kernel) / stride + 1;
+}
+
+}  // namespace
+
+// x: [B, C, L], out: [B, C, Lout]
+void CpuBackend::pool1d(PoolKind kind, const Tensor& x, std::int64_t kernel, std::int64_t stride,
+                        const Tensor& out) {
+  const char* op = kind == PoolKind::max ? "max_pool1d" : "avg_pool1d";
+  const std::int64_t out_length = pool_out_length(op, x, kernel, stride);
+  check_tensor(out, op, "out", {x.size(0), x.size(1), out_length}, x.dtype());
+  const std::int64_t rows = x.size(0) * x.size(1), length = x.size(2);
+  if (x.dtype() == DType::float32) {
+    pool_forward(kind, x.data<float>(), out.data<float>(), rows, length, kernel, stride,
+                 out_length);
+  } else {
+    pool_forward(kind, x.data<double>(), out.data<double>(), rows, length, kernel, stride,
+                 out_length);
+  }
+}
+
+// grad: [B, C, Lout], x: [B, C, L] (the forward's input), grad_x: [B, C, L]
+void CpuBackend::pool1d_backward(PoolKind kind, const Tensor& grad, const Tensor& x,
+                                 std::int64_t kernel, std::int64_t stride, const Tensor& grad_x) {
+  const char* op = kind == PoolKind::max ? "max_pool1d_backward" : "avg_pool1d_backward";
+  const std::int64_t out_length = pool_out_length(op, x, kernel, stride);
+  check_tensor(grad, op, "grad", {x.size(0), x.size(1), out_length}, x.dtype());
+  check_tensor(grad_x, op, "grad_x", x.shape(), x.dtype());
+  const std::int64_t rows = x.size(0) * x.size(1), length = x.size(2);
+  if (x.dtype() == DType::float32) {
+    pool_backward(kind, grad.data<float>(), x.data<float>(), grad_x.data<float>(), rows, length,
+                  kernel, stride, out_length);
+  } else {
+    pool_backward(kind, grad.data<double>(), x.data<double>(), grad_x.data<double>(), rows, length,
+                  kernel, stride, out_length);
+  }
+}
+
+}  // namespace tinyformer::cpu

@@ -1,0 +1,78 @@
+// cpu::runtime_info(): which kernels this process runs (OpenBLAS core and threading, oneDNN
+// version and ISA, OpenMP threads). Benchmarks print it, since their numbers mean little without
+// it.
+#include <cblas.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <dnnl.hpp>
+#include <sstream>
+#include <string>
+
+#include "backends/cpu/cpu_backend.h"
+
+namespace tinyformer::cpu {
+
+namespace {
+
+const char* isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic:
+      return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "unknown";
+  }
+}
+
+// openblas_get_parallel(): 0 sequential, 1 its own pthreads, 2 OpenMP.
+const char* parallel_name(int mode) {
+  switch (mode) {
+    case 0:
+      return "sequential";
+    case 1:
+      return "pthreads";
+    case 2:
+      return "OpenMP";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+std::string runtime_info() {
+  std::ostringstream s;
+  const dnnl_version_t* v = dnnl::version();
+  s << "OpenBLAS: core " << openblas_get_corename() << ", "
+    << parallel_name(openblas_get_parallel()) << ", " << openblas_get_num_threads() << " threads";
+  // OpenBLAS picks its kernels from this variable when the library loads, ignoring the CPU:
+  // worth printing, because it can halve sgemm speed on a machine with wider vectors.
+  if (const char* forced = std::getenv("OPENBLAS_CORETYPE")) {
+    s << " (OPENBLAS_CORETYPE=" << forced << ")";
+  }
+  s << "\noneDNN: " << v->major << '.' << v->minor << '.' << v->patch << ", ISA "
+    << isa_name(dnnl::get_effective_cpu_isa()) << ", "
+    << (v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other") << " runtime\n"
+    << "OpenMP: " << omp_get_max_threads() << " threads (of " << omp_get_num_procs()
+    << " processors)";
+  return s.str();
+}
+
+}  // namespace tinyformer::cpu

@@ -1,0 +1,174 @@
+// CpuBackend::softmax and softmax_backward: (log-)softmax over the last dim of a contiguous
+// [R, C] tensor, one row per loop iteration, rows spread over the OpenMP threads.
+//
+// Loops, not oneDNN: measured with examples/benchmark_ops (2 threads, float32), oneDNN's
+// softmax and logsoftmax primitives are no faster on large rows and several times slower on
+// small ones, where executing a primitive costs more than the arithmetic:
+//   [16384, 1024] forward  loop MEASURE_FWD_LOOP  oneDNN MEASURE_FWD_DNNL
+//   [16384, 1024] backward loop MEASURE_BWD_LOOP  oneDNN MEASURE_BWD_DNNL
+//   [64, 10]      forward  loop MEASURE_SMALL_LOOP  oneDNN MEASURE_SMALL_DNNL
+// The large case is memory-bound once exp() is vectorized, which the polynomial below allows
+// (std::exp on float is a scalar library call, several times slower here).
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+
+namespace tinyformer::cpu {
+
+namespace {
+
+// exp(x) for float in a form the compiler vectorizes: x = n ln2 + r with |r| <= ln2 / 2, exp(r)
+// from a degree-6 polynomial (Cephes' expf coefficients, about 1 ulp), 2^n built in the exponent
+// bits. x is clamped to [-88, 88.72]: at -88, n = -127 makes the exponent bits 0, so exp(-inf)
+// (a masked logit) is exactly 0; at the top, n = 128 gives +inf. A NaN stays NaN.
+// Only branch-free selects appear: a conditional multiply would keep GCC from vectorizing.
+inline float exp_poly(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  constexpr float kMin = -88.0f, kMax = 88.7228391f;
+  float xc = x < kMin ? kMin : x;
+  xc = xc > kMax ? kMax : xc;
+  // Round to nearest by adding and subtracting 1.5 * 2^23 (std::nearbyint and std::floor
+  // compile to library calls here, which stop vectorization).
+  constexpr float kRound = 12582912.0f;
+  const float n = (xc * kLog2e + kRound) - kRound;
+  const float r = xc - n * kLn2Hi - n * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
+}
+inline double exp_poly(double x) {
+  return std::exp(x);  // float64 is for gradient checks: exactness over speed
+}
+
+// Below this many elements the rows stay on the calling thread (waking the team costs more).
+constexpr std::int64_t kParallelElements = 1 << 15;
+
+template <typename Body>
+void for_rows(std::int64_t rows, std::int64_t cols, Body body) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements && \
+                                              !omp_in_parallel())
+  for (std::int64_t r = 0; r < rows; ++r) body(r);
+}
+
+template <typename T>
+T row_max(const T* x, std::int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
+  for (std::int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+// y = softmax(x) or log_softmax(x) over each row. x, y: [R, C] (y may be x)
+template <typename T>
+void softmax_rows(const T* x, T* y, std::int64_t rows, std::int64_t cols, bool log) {
+  for_rows(rows, cols, [&](std::int64_t r) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    // Subtracting the row max keeps exp() from overflowing; it cancels in the ratio.
+    const T m = row_max(xr, cols);
+    T sum = 0;
+    if (log) {
+#pragma omp simd reduction(+ : sum)
+      for (std::int64_t i = 0; i < cols; ++i) sum += exp_poly(xr[i] - m);
+      const T shift = m + std::log(sum);
+#pragma omp simd
+      for (std::int64_t i = 0; i < cols; ++i) yr[i] = xr[i] - shift;
+    } else {
+#pragma omp simd reduction(+ : sum)
+      for (std::int64_t i = 0; i < cols; ++i) {
+        yr[i] = exp_poly(xr[i] - m);
+        sum += yr[i];
+      }
+      const T inv = T(1) / sum;
+#pragma omp simd
+      for (std::int64_t i = 0; i < cols; ++i) yr[i] *= inv;
+    }
+  });
+}
+
+// softmax:     dx = y * (g - sum(g * y))
+// log_softmax: dx = g - exp(y) * sum(g)
+// y, g, dx: [R, C]
+template <typename T>
+void softmax_backward_rows(const T* y, const T* g, T* dx, std::int64_t rows, std::int64_t cols,
+                           bool log) {
+  for_rows(rows, cols, [&](std::int64_t r) {
+    const T* yr = y + r * cols;
+    const T* gr = g + r * cols;
+    T* dr = dx + r * cols;
+    T dot = 0;
+    if (log) {
+#pragma omp simd reduction(+ : dot)
+      for (std::int64_t i = 0; i < cols; ++i) dot += gr[i];
+#pragma omp simd
+      for (std::int64_t i = 0; i < cols; ++i) dr[i] = gr[i] - exp_poly(yr[i]) * dot;
+    } else {
+#pragma omp simd reduction(+ : dot)
+      for (std::int64_t i = 0; i < cols; ++i) dot += gr[i] * yr[i];
+#pragma omp simd
+      for (std::int64_t i = 0; i < cols; ++i) dr[i] = yr[i] * (gr[i] - dot);
+    }
+  });
+}
+
+// Every tensor must be a contiguous [R, C] of the first one's shape and one floating dtype.
+void check_rows(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor& first = **tensors.begin();
+  for (const Tensor* t : tensors) {
+    TF_CHECK(t->defined(), op, ": expected defined tensors, got an undefined Tensor");
+    TF_CHECK(t->dim() == 2, op, ": expected [R, C] tensors, got shape ", shape_str(t->shape()));
+    TF_CHECK(t->shape() == first.shape(), op, ": shapes differ: ", shape_str(first.shape()),
+             " and ", shape_str(t->shape()));
+    TF_CHECK(t->dtype() == first.dtype() && is_floating(t->dtype()), op,
+             ": expected float32 or float64 tensors of one dtype, got ", first.dtype(), " and ",
+             t->dtype());
+    TF_CHECK(t->device().is_cpu(), op, ": the CPU backend got a tensor on ", t->device());
+    TF_CHECK(t->is_contiguous(), op, ": expected contiguous tensors, got strides ",
+             shape_str(t->strides()), " for shape ", shape_str(t->shape()));
+  }
+}
+
+}  // namespace
+
+// x, out: [R, C]
+void CpuBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
+  const char* op = log ? "log_softmax" : "softmax";
+  check_rows(op, {&x, &out});
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  if (x.numel() == 0) return;
+  if (x.dtype() == DType::float32) {
+    softmax_rows(x.data<float>(), out.data<float>(), rows, cols, log);
+  } else {
+    softmax_rows(x.data<double>(), out.data<double>(), rows, cols, log);
+  }
+}
+
+// y (the forward's output), grad, out: [R, C]
+void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad, bool log,
+                                  const Tensor& out) {
+  const char* op = log ? "log_softmax_backward" : "softmax_backward";
+  check_rows(op, {&y, &grad, &out});
+  const std::int64_t rows = y.size(0), cols = y.size(1);
+  if (y.numel() == 0) return;
+  if (y.dtype() == DType::float32) {
+    softmax_backward_rows(y.data<float>(), grad.data<float>(), out.data<float>(), rows, cols, log);
+  } else {
+    softmax_backward_rows(y.data<double>(), grad.data<double>(), out.data<double>(), rows, cols,
+                          log);
+  }
+}
+
+}  // namespace tinyformer::cpu

@@ -1,0 +1,267 @@
+// Loops over strided tensors for the CPU's memory-bound kernels: an OpenMP range splitter, a
+// dtype dispatcher, and map(), which applies an elementwise function to tensors of any strides.
+//
+// map() first coalesces the operands' dims (size-1 dims dropped, neighbours that every operand
+// walks contiguously merged into one), so most views reduce to one or two dims. When every
+// operand is contiguous the loop is a plain `o[i] = f(a[i], b[i])` over pointers, which the
+// compiler vectorizes; otherwise it walks the innermost dim row by row, staging strided and
+// broadcast (stride-0) operands through small contiguous blocks so that the same vectorized loop
+// does the arithmetic.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tinyformer::cpu {
+
+// Below this many elements a loop stays on the calling thread: waking the OpenMP team costs
+// a few microseconds, more than a small loop takes.
+inline constexpr std::int64_t kParallelThreshold = 32768;
+
+// Runs body(begin, end) over [0, n) cut into one contiguous chunk per OpenMP thread. Ranges
+// below `threshold`, and calls made inside a parallel region, run on the calling thread.
+// body must not throw: an exception cannot leave an OpenMP region, so callers validate first.
+template <typename Body>
+void parallel_for(std::int64_t n, Body&& body, std::int64_t threshold = kParallelThreshold) {
+  if (n <= 0) return;
+  if (n < threshold || omp_in_parallel() || omp_get_max_threads() == 1) {
+    body(std::int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const std::int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const std::int64_t chunk = (n + threads - 1) / threads;
+    const std::int64_t begin = std::min(n, t * chunk), end = std::min(n, begin + chunk);
+    if (begin < end) body(begin, end);
+  }
+}
+
+// --- dtype dispatch ---
+
+// "float32, float64 or int64": the dtypes a kernel accepts, for error messages.
+template <typename... Ts>
+std::string dtype_list() {
+  const char* names[] = {dtype_name(dtype_of<Ts>())...};
+  std::string s;
+  for (std::size_t i = 0; i < sizeof...(Ts); ++i) {
+    if (i > 0) s += i + 1 == sizeof...(Ts) ? " or " : ", ";
+    s += names[i];
+  }
+  return s;
+}
+
+// Calls f(T{}) where T is the C++ type of `dtype`, which must be one of Ts; else throws an
+// Error naming `op`. Use as
+//   dispatch<float, double>(x.dtype(), "exp", [&](auto tag) { using T = decltype(tag); ... });
+template <typename... Ts, typename F>
+void dispatch(DType dtype, const char* op, F&& f) {
+  const bool found = ((dtype == dtype_of<Ts>() ? (f(Ts{}), true) : false) || ...);
+  if (!found) fail(op, ": unsupported dtype ", dtype, " (expected ", dtype_list<Ts...>(), ")");
+}
+
+template <typename F>
+void dispatch_floating(DType dtype, const char* op, F&& f) {
+  dispatch<float, double>(dtype, op, std::forward<F>(f));
+}
+
+// --- shape checks shared by the kernels ---
+
+// Throws unless every tensor is defined and has `out`'s shape.
+void check_same_shape(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs);
+// Throws unless `t` is defined and has dtype `dtype`; `what` names the argument.
+void check_dtype(const char* op, const char* what, const Tensor& t, DType dtype);
+
+// --- the layout walk ---
+
+// The common shape of up to kMaxOperands operands and each one's strides (in elements), after
+// coalescing. `sizes` is never empty (a 0-dim tensor becomes one dim of size 1).
+struct StridedLayout {
+  static constexpr std::size_t kMaxOperands = 4;
+  Shape sizes;                 // outermost first
+  std::vector<Shape> strides;  // strides[k][d]: operand k along dim d
+
+  std::int64_t inner_stride(std::size_t k) const { return strides[k].back(); }
+  // One dim walked with unit stride by every operand: the whole loop is over plain pointers.
+  bool contiguous() const;
+  // Some operand steps through memory more finely along the second-innermost dim than along
+  // the innermost one (a transposed view): row by row, it would touch a new cache line at
+  // every element.
+  bool transposing() const;
+};
+
+// Drops size-1 dims and merges dim d into the dim outside it wherever every operand has
+// stride[outer] == stride[d] * size[d].
+StridedLayout coalesce(const Shape& shape, std::initializer_list<const Shape*> strides);
+
+// Operand k's element offset of the element at row-major position `index` of the layout.
+std::int64_t element_offset(const StridedLayout& layout, std::int64_t index, std::size_t k);
+
+// Calls row(offsets, len) for every run of the innermost dim that meets the row-major element
+// range [begin, end): offsets[k] is operand k's element offset of the run's first element, and
+// the run continues with stride layout.inner_stride(k) for len elements.
+template <typename Row>
+void for_each_row(const StridedLayout& layout, std::int64_t begin, std::int64_t end, Row&& row) {
+  if (begin >= end) return;
+  const std::size_t ndim = layout.sizes.size(), operands = layout.strides.size();
+  const std::int64_t inner = layout.sizes.back();
+  // The outer multi-index of `begin`, and each operand's offset at the start of that row.
+  Shape index(ndim, 0);
+  std::array<std::int64_t, StridedLayout::kMaxOperands> row_start{}, at{};
+  std::int64_t rest = begin / inner, pos = begin % inner;
+  for (std::size_t d = ndim - 1; d-- > 0;) {
+    index[d] = rest % layout.sizes[d];
+    rest /= layout.sizes[d];
+    for (std::size_t k = 0; k < operands; ++k) row_start[k] += index[d] * layout.strides[k][d];
+  }
+  for (std::int64_t done = begin; done < end;) {
+    const std::int64_t len = std::min(inner - pos, end - done);
+    for (std::size_t k = 0; k < operands; ++k) at[k] = row_start[k] + pos * layout.inner_stride(k);
+    row(at.data(), len);
+    done += len;
+    pos = 0;
+    // Step the outer multi-index like an odometer.
+    for (std::size_t d = ndim - 1; d-- > 0;) {
+      ++index[d];
+      for (std::size_t k = 0; k < operands; ++k) row_start[k] += layout.strides[k][d];
+      if (index[d] < layout.sizes[d]) break;
+      for (std::size_t k = 0; k < operands; ++k) {
+        row_start[k] -= layout.sizes[d] * layout.strides[k][d];
+      }
+      index[d] = 0;
+    }
+  }
+}
+
+// --- map: out = f(in...) elementwise ---
+
+namespace detail {
+
+inline constexpr std::int64_t kBlock = 256;  // elements staged at a time (a few KiB of stack)
+// A tile of a transposing walk: kTileCols columns keep as few cache lines of the transposed
+// operand live at once (a power-of-two stride maps them all to a few cache sets), kTileRows rows
+// use each of those lines whole before moving on.
+inline constexpr std::int64_t kTileRows = 64, kTileCols = 16;
+
+// The loop every map() ends in: unit strides only, so the compiler vectorizes it.
+template <typename Out, typename... In, typename F>
+inline void apply_contiguous(F& f, Out* out, std::int64_t n, const In*... in) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = f(in[i]...);
+}
+
+// Reads one operand along a row in blocks: a unit-stride operand is used in place, a strided
+// or broadcast one is first copied into a contiguous buffer (a broadcast one only once per row).
+template <typename T>
+struct RowReader {
+  explicit RowReader(std::int64_t s) : stride(s) {}
+  void start(const T* row) {
+    ptr = row;
+    filled = false;
+  }
+  const T* block(std::int64_t j, std::int64_t m) {
+    if (stride == 1) return ptr + j;
+    if (stride == 0) {
+      if (!filled) std::fill(buffer, buffer + kBlock, ptr[0]);
+      filled = true;
+    } else {
+      for (std::int64_t i = 0; i < m; ++i) buffer[i] = ptr[(j + i) * stride];
+    }
+    return buffer;
+  }
+
+  const T* ptr = nullptr;
+  std::int64_t stride;
+  bool filled = false;
+  alignas(64) T buffer[kBlock];
+};
+
+// out[i * out_stride] = f(in_k[i * stride_k]...) for i in [0, len).
+template <typename Out, typename... In, typename F>
+void map_row(F& f, std::int64_t len, Out* out, std::int64_t out_stride,
+             std::tuple<RowReader<In>...>& readers) {
+  alignas(64) Out staged[kBlock];
+  for (std::int64_t j = 0; j < len; j += kBlock) {
+    const std::int64_t m = std::min(kBlock, len - j);
+    Out* dst = out_stride == 1 ? out + j : staged;
+    std::apply([&](auto&... r) { apply_contiguous(f, dst, m, r.block(j, m)...); }, readers);
+    if (out_stride != 1) {
+      for (std::int64_t i = 0; i < m; ++i) out[(j + i) * out_stride] = staged[i];
+    }
+  }
+}
+
+template <typename Out, typename... In, typename F, std::size_t... I>
+void map_impl(F& f, const Tensor& out, const std::array<Tensor, sizeof...(In)>& in,
+              std::index_sequence<I...>) {
+  const std::int64_t n = out.numel();
+  if (n == 0) return;
+  Out* o = static_cast<Out*>(out.data_ptr());
+  const std::tuple<const In*...> p{static_cast<const In*>(in[I].data_ptr())...};
+  const StridedLayout layout = coalesce(out.shape(), {&out.strides(), &in[I].strides()...});
+  if (layout.contiguous()) {
+    parallel_for(n, [&](std::int64_t begin, std::int64_t end) {
+      apply_contiguous(f, o + begin, end - begin, (std::get<I>(p) + begin)...);
+    });
+    return;
+  }
+  if (layout.transposing()) {
+    // Tiles over the last two dims, so the rows of a tile read the same cache lines of the
+    // transposed operand while they are still in L1.
+    const std::size_t nd = layout.sizes.size();
+    const std::int64_t rows = layout.sizes[nd - 2], cols = layout.sizes[nd - 1];
+    const std::int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
+    const std::int64_t col_tiles = (cols + kTileCols - 1) / kTileCols;
+    const auto row_step = [&](std::size_t k) { return layout.strides[k][nd - 2]; };
+    parallel_for(
+        n / (rows * cols) * row_tiles * col_tiles,
+        [&](std::int64_t begin, std::int64_t end) {
+          std::tuple<RowReader<In>...> readers{RowReader<In>(layout.inner_stride(I + 1))...};
+          for (std::int64_t t = begin; t < end; ++t) {
+            const std::int64_t plane = t / (row_tiles * col_tiles);
+            const std::int64_t r0 = t / col_tiles % row_tiles * kTileRows;
+            const std::int64_t c0 = t % col_tiles * kTileCols;
+            const std::int64_t first = (plane * rows + r0) * cols + c0;
+            const std::int64_t o_at = element_offset(layout, first, 0);
+            [[maybe_unused]] const std::array<std::int64_t, sizeof...(In)> at{
+                element_offset(layout, first, I + 1)...};
+            for (std::int64_t r = 0; r < std::min(kTileRows, rows - r0); ++r) {
+              (std::get<I>(readers).start(std::get<I>(p) + at[I] + r * row_step(I + 1)), ...);
+              map_row(f, std::min(kTileCols, cols - c0), o + o_at + r * row_step(0),
+                      layout.inner_stride(0), readers);
+            }
+          }
+        },
+        std::max<std::int64_t>(1, kParallelThreshold / (kTileRows * kTileCols)));
+    return;
+  }
+  parallel_for(n, [&](std::int64_t begin, std::int64_t end) {
+    std::tuple<RowReader<In>...> readers{RowReader<In>(layout.inner_stride(I + 1))...};
+    for_each_row(layout, begin, end, [&](const std::int64_t* at, std::int64_t len) {
+      (std::get<I>(readers).start(std::get<I>(p) + at[I + 1]), ...);
+      map_row(f, len, o + at[0], layout.inner_stride(0), readers);
+    });
+  });
+}
+
+}  // namespace detail
+
+// out = f(in[0][i], in[1][i], ...) for every element i; the element types are given
+// explicitly and must match the tensors' dtypes (the caller dispatches first):
+//   map<float, float, float>(out, {a, b}, [](float x, float y) { return x + y; });
+// Every tensor has out's shape (broadcast inputs arrive as stride-0 views). f must not throw.
+template <typename Out, typename... In, typename F>
+void map(const Tensor& out, const std::array<Tensor, sizeof...(In)>& in, F f) {
+  detail::map_impl<Out, In...>(f, out, in, std::index_sequence_for<In...>{});
+}
+
+}  // namespace tinyformer::cpu

@@ -1,0 +1,343 @@
+// Times tinyformer's CPU kernels against the best raw library call for the same work, measured
+// in the same run: cblas_sgemm and oneDNN matmul for products, oneDNN primitives for softmax,
+// layer norm and the elementwise ops. Prints the runtime (OpenBLAS core, oneDNN ISA, threads),
+// then per op: the median time of ours and of each reference, GFLOP/s or GB/s, and ours as a
+// fraction of the best raw speed (best raw time / our time; 1.00 means as fast).
+//
+//   benchmark_ops            # the full table, about a minute on 2 cores
+//   benchmark_ops --quick    # fewer repetitions
+//
+// Unlike the other examples it calls the libraries directly (for the references) and the
+// backend's kernels without autograd, so it sees the backend's headers.
+#include <tinyformer/tinyformer.h>
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <dnnl.hpp>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/backend.h"
+
+using namespace tinyformer;
+
+namespace {
+
+int g_reps = 9;  // timed repetitions per measurement, after warm-up
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The median seconds of `g_reps` runs of each function, after two warm-up runs of each (which
+// also create and cache primitives and touch every page). The functions take turns, one run
+// each per round, so that a change in machine load hits all of them alike; zero for an empty one.
+std::vector<double> time_medians(const std::vector<std::function<void()>>& fs) {
+  for (const auto& f : fs) {
+    if (f) {
+      f();
+      f();
+    }
+  }
+  std::vector<std::vector<double>> t(fs.size());
+  for (int rep = 0; rep < g_reps; ++rep) {
+    for (std::size_t i = 0; i < fs.size(); ++i) {
+      if (!fs[i]) continue;
+      const double start = now_s();
+      fs[i]();
+      t[i].push_back(now_s() - start);
+    }
+  }
+  std::vector<double> medians;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    medians.push_back(v.empty() ? 0.0 : v[v.size() / 2]);
+  }
+  return medians;
+}
+
+Backend& cpu() {
+  return backend(Device::cpu());
+}
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+dnnl::stream& stream() {
+  static dnnl::stream s(engine());
+  return s;
+}
+
+// A raw oneDNN reference: a primitive made once, then executed and waited for.
+struct RawPrimitive {
+  dnnl::primitive primitive;
+  std::unordered_map<int, dnnl::memory> args;
+  void operator()() {
+    primitive.execute(stream(), args);
+    stream().wait();
+  }
+};
+
+dnnl::memory::desc desc(const Shape& dims, const Shape& strides) {
+  return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()),
+                            dnnl::memory::data_type::f32,
+                            dnnl::memory::dims(strides.begin(), strides.end()));
+}
+dnnl::memory mem(const Tensor& t) {
+  return dnnl::memory(desc(t.shape(), t.strides()), engine(), t.data_ptr());
+}
+
+// One line of the table: the work per call, and ours, the public op, cblas and oneDNN as
+// functions (an empty one is not measured).
+struct Row {
+  Row(std::string op_name, std::string shape_text, std::string unit_name, double work_per_call)
+      : op(std::move(op_name)),
+        shape(std::move(shape_text)),
+        unit(std::move(unit_name)),
+        work(work_per_call) {}
+  std::string op, shape, unit;
+  double work;  // flops or bytes per call
+  std::function<void()> ours, ours_public, blas, dnnl;
+};
+
+struct Times {
+  double ours = 0, ours_public = 0, blas = 0, dnnl = 0;
+};
+
+void print_header() {
+  std::printf("\n%-22s %-26s %10s %10s %10s %10s %9s %9s %7s\n", "op", "shape", "ours ms",
+              "public ms", "cblas ms", "oneDNN ms", "ours", "best raw", "vs raw");
+}
+
+void print_row(const Row& r) {
+  const auto m = time_medians({r.ours, r.ours_public, r.blas, r.dnnl});
+  const Times t{m[0], m[1], m[2], m[3]};
+  auto ms = [](double s) {
+    char buf[32];
+    if (s > 0) {
+      std::snprintf(buf, sizeof buf, "%10.3f", s * 1e3);
+    } else {
+      std::snprintf(buf, sizeof buf, "%10s", "-");
+    }
+    return std::string(buf);
+  };
+  double best = 0;
+  for (double raw : {t.blas, t.dnnl}) {
+    if (raw > 0 && (best == 0 || raw < best)) best = raw;
+  }
+  const char* unit = r.unit == "GFLOP/s" ? "GF" : "GB";  // per second, 1e9 either way
+  std::printf("%-22s %-26s %s %s %s %s %6.1f %-2s %6.1f %-2s %6.2f\n", r.op.c_str(),
+              r.shape.c_str(), ms(t.ours).c_str(), ms(t.ours_public).c_str(), ms(t.blas).c_str(),
+              ms(t.dnnl).c_str(), r.work / t.ours / 1e9, unit, r.work / best / 1e9, unit,
+              best / t.ours);
+}
+
+Tensor random_f32(const Shape& shape) {
+  return randn(shape);
+}
+
+// --- matmul: out[b] = a[b] @ op(k[b]) ---
+
+// a: [B, M, K] contiguous; b_store: [B, K, N], or [B, N, K] when b_transposed (then b is the
+// transposed view, as attention's K^T is).
+void bench_matmul(const std::string& name, std::int64_t batch, std::int64_t m, std::int64_t k,
+                  std::int64_t n, bool b_transposed) {
+  const Tensor a = random_f32({batch, m, k});
+  const Tensor b_store = random_f32(b_transposed ? Shape{batch, n, k} : Shape{batch, k, n});
+  const Tensor b =
+      b_transposed ? raw::as_strided(b_store, {batch, k, n}, {n * k, 1, k}, 0) : b_store;
+  Tensor out = empty({batch, m, n});
+  char shape[64];
+  std::snprintf(shape, sizeof shape, "%ldx[%ldx%ldx%ld]%s", static_cast<long>(batch),
+                static_cast<long>(m), static_cast<long>(k), static_cast<long>(n),
+                b_transposed ? " B^T" : "");
+  Row row{name, shape, "GFLOP/s", 2.0 * static_cast<double>(batch * m * n * k)};
+
+  row.ours = [&] { cpu().matmul(a, b, out); };
+  // The public, differentiable op (no graph), which allocates its output.
+  row.ours_public = [&] {
+    NoGradGuard no_grad;
+    Tensor bt = b_transposed ? b_store.transpose(1, 2) : b_store;
+    Tensor r = matmul(a, bt);
+  };
+
+  // cblas_sgemm: one call per batch element.
+  const auto* pa = a.data<float>();
+  const auto* pb = b_store.data<float>();
+  auto* pc = out.data<float>();
+  row.blas = [&] {
+    for (std::int64_t i = 0; i < batch; ++i) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans,
+                  static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f,
+                  pa + i * m * k, static_cast<int>(k), pb + i * k * n,
+                  static_cast<int>(b_transposed ? k : n), 0.0f, pc + i * m * n,
+                  static_cast<int>(n));
+    }
+  };
+
+  // oneDNN matmul: one primitive for the whole batch, transposes in the strides.
+  dnnl::matmul::primitive_desc pd(
+      dnnl::matmul::desc(desc(a.shape(), a.strides()), desc(b.shape(), b.strides()),
+                         desc(out.shape(), out.strides())),
+      engine());
+  RawPrimitive raw_mm{
+      dnnl::matmul(pd),
+      {{DNNL_ARG_SRC, mem(a)}, {DNNL_ARG_WEIGHTS, mem(b)}, {DNNL_ARG_DST, mem(out)}}};
+  row.dnnl = raw_mm;
+  print_row(row);
+}
+
+// --- softmax and layer norm: oneDNN primitives as the reference ---
+
+void bench_softmax(std::int64_t rows, std::int64_t cols) {
+  const Tensor x = random_f32({rows, cols}), g = random_f32({rows, cols});
+  Tensor y = empty({rows, cols}), dx = empty({rows, cols});
+  const std::string shape = "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+  const double bytes = 2.0 * 4 * static_cast<double>(rows * cols);  // read x, write y
+
+  Row fwd{"softmax", shape, "GB/s", bytes};
+  fwd.ours = [&] { cpu().softmax(x, false, y); };
+  fwd.ours_public = [&] {
+    NoGradGuard no_grad;
+    Tensor r = softmax(x, -1);
+  };
+  const auto d = desc({rows, cols}, {cols, 1});
+  dnnl::softmax_forward::primitive_desc fpd(
+      dnnl::softmax_forward::desc(dnnl::prop_kind::forward_training, d, 1), engine());
+  RawPrimitive raw_fwd{dnnl::softmax_forward(fpd),
+                       {{DNNL_ARG_SRC, mem(x)}, {DNNL_ARG_DST, mem(y)}}};
+  fwd.dnnl = raw_fwd;
+  print_row(fwd);
+
+  Row bwd{"softmax_backward", shape, "GB/s", 1.5 * bytes};  // read y, g, write dx
+  cpu().softmax(x, false, y);
+  bwd.ours = [&] { cpu().softmax_backward(y, g, false, dx); };
+  dnnl::softmax_backward::primitive_desc bpd(dnnl::softmax_backward::desc(d, d, 1), engine(), fpd);
+  RawPrimitive raw_bwd{
+      dnnl::softmax_backward(bpd),
+      {{DNNL_ARG_DST, mem(y)}, {DNNL_ARG_DIFF_DST, mem(g)}, {DNNL_ARG_DIFF_SRC, mem(dx)}}};
+  bwd.dnnl = raw_bwd;
+  print_row(bwd);
+}
+
+void bench_layer_norm(std::int64_t rows, std::int64_t cols) {
+  const Tensor x = random_f32({rows, cols}), g = random_f32({rows, cols});
+  const Tensor w = random_f32({cols}), b = random_f32({cols});
+  Tensor y = empty({rows, cols}), dx = empty({rows, cols}), mean = empty({rows}),
+         rstd = empty({rows}), var = empty({rows}), dw = empty({cols}), db = empty({cols});
+  const std::string shape = "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+  const double bytes = 2.0 * 4 * static_cast<double>(rows * cols);
+
+  Row fwd{"layer_norm", shape, "GB/s", bytes};
+  fwd.ours = [&] { cpu().layer_norm(x, w, b, 1e-5, y, mean, rstd); };
+  const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  const auto d = desc({rows, cols}, {cols, 1});
+  dnnl::layer_normalization_forward::primitive_desc fpd(
+      dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_training, d, 1e-5f, flags),
+      engine());
+  RawPrimitive raw_fwd{dnnl::layer_normalization_forward(fpd),
+                       {{DNNL_ARG_SRC, mem(x)},
+                        {DNNL_ARG_DST, mem(y)},
+                        {DNNL_ARG_MEAN, mem(mean)},
+                        {DNNL_ARG_VARIANCE, mem(var)},
+                        {DNNL_ARG_SCALE, mem(w)},
+                        {DNNL_ARG_SHIFT, mem(b)}}};
+  fwd.dnnl = raw_fwd;
+  print_row(fwd);
+
+  Row bwd{"layer_norm_backward", shape, "GB/s", 1.5 * bytes};  // read x, g, write dx
+  cpu().layer_norm(x, w, b, 1e-5, y, mean, rstd);
+  bwd.ours = [&] { cpu().layer_norm_backward(g, x, w, mean, rstd, dx, dw, db); };
+  dnnl::layer_normalization_backward::primitive_desc bpd(
+      dnnl::layer_normalization_backward::desc(dnnl::prop_kind::backward, d, d, 1e-5f, flags),
+      engine(), fpd);
+  RawPrimitive raw_bwd{dnnl::layer_normalization_backward(bpd),
+                       {{DNNL_ARG_SRC, mem(x)},
+                        {DNNL_ARG_DIFF_DST, mem(g)},
+                        {DNNL_ARG_MEAN, mem(mean)},
+                        {DNNL_ARG_VARIANCE, mem(var)},
+                        {DNNL_ARG_SCALE, mem(w)},
+                        {DNNL_ARG_SHIFT, mem(b)},
+                        {DNNL_ARG_DIFF_SRC, mem(dx)},
+                        {DNNL_ARG_DIFF_SCALE, mem(dw)},
+                        {DNNL_ARG_DIFF_SHIFT, mem(db)}}};
+  bwd.dnnl = raw_bwd;
+  print_row(bwd);
+}
+
+// --- elementwise: oneDNN binary add and eltwise gelu as the reference ---
+
+void bench_elementwise(std::int64_t n) {
+  const Tensor a = random_f32({n}), b = random_f32({n});
+  Tensor out = empty({n});
+  const std::string shape = "[" + std::to_string(n) + "]";
+  const auto d = desc({n}, {1});
+
+  Row add_row{"add", shape, "GB/s", 3.0 * 4 * static_cast<double>(n)};
+  add_row.ours = [&] { cpu().binary(BinaryOp::add, a, b, out); };
+  add_row.ours_public = [&] {
+    NoGradGuard no_grad;
+    Tensor r = add(a, b);
+  };
+  dnnl::binary::primitive_desc apd(dnnl::binary::desc(dnnl::algorithm::binary_add, d, d, d),
+                                   engine());
+  RawPrimitive raw_add{
+      dnnl::binary(apd),
+      {{DNNL_ARG_SRC_0, mem(a)}, {DNNL_ARG_SRC_1, mem(b)}, {DNNL_ARG_DST, mem(out)}}};
+  add_row.dnnl = raw_add;
+  print_row(add_row);
+
+  Row gelu_row{"gelu (erf)", shape, "GB/s", 2.0 * 4 * static_cast<double>(n)};
+  gelu_row.ours = [&] { cpu().unary(UnaryOp::gelu, a, out, 0.0); };
+  gelu_row.ours_public = [&] {
+    NoGradGuard no_grad;
+    Tensor r = gelu(a);
+  };
+  dnnl::eltwise_forward::primitive_desc gpd(
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference,
+                                  dnnl::algorithm::eltwise_gelu_erf, d, 0.f, 0.f),
+      engine());
+  RawPrimitive raw_gelu{dnnl::eltwise_forward(gpd),
+                        {{DNNL_ARG_SRC, mem(a)}, {DNNL_ARG_DST, mem(out)}}};
+  gelu_row.dnnl = raw_gelu;
+  print_row(gelu_row);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      g_reps = 3;
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  std::printf("%s\n", cpu::runtime_info().c_str());
+  std::printf("median of %d runs after 2 warm-up runs; 'vs raw' = best raw time / our time\n",
+              g_reps);
+  try {
+    print_header();
+    for (std::int64_t n : {512, 1024, 2048}) bench_matmul("matmul", 1, n, n, n, false);
+    // Attention with 32 heads of 64 at n = 1024: scores = Q K^T, then out = P V.
+    bench_matmul("matmul QK^T", 32, 1024, 64, 1024, true);
+    bench_matmul("matmul PV", 32, 1024, 1024, 64, false);
+    bench_softmax(16 * 1024, 1024);
+    bench_layer_norm(8192, 768);
+    bench_elementwise(16 * 1024 * 1024);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "benchmark_ops: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

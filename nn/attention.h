@@ -1,0 +1,78 @@
+// Multi-head attention, full (MultiHeadAttention) and Linformer (LinformerAttention).
+//
+// Both take x: [B, n, d_model] and an optional padding mask [B, n] (bool, true at padded
+// positions, PyTorch's key_padding_mask convention), and return [B, n, d_model].
+#pragma once
+
+#include <memory>
+
+#include "nn/linear.h"
+#include "nn/module.h"
+#include "nn/projection.h"
+
+namespace tinyformer::nn {
+
+class Attention : public Module {
+ public:
+  Attention(std::int64_t d_model, std::int64_t heads, double dropout, bool fused);
+  virtual Tensor forward(const Tensor& x, const Tensor& padding_mask = {}, bool causal = false) = 0;
+
+  // Keep the last forward's attention probabilities ([B, H, n, n], or [B, H, n, k] for
+  // Linformer) for inspection; off by default because they cost memory.
+  void keep_attention(bool on) { keep_ = on; }
+  const Tensor& last_attention() const { return last_attention_; }
+  // Use the fused attention op (true) or the textbook composition (false).
+  void set_fused(bool on) { fused_ = on; }
+
+  std::int64_t heads() const { return heads_; }
+  std::int64_t head_dim() const { return head_dim_; }
+
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;
+
+ protected:
+  // [B, n, d_model] -> [B, H, n, d_head]
+  Tensor split_heads(const Tensor& x) const;
+  // [B, H, n, d_head] -> [B, n, d_model]
+  Tensor merge_heads(const Tensor& x) const;
+  // softmax(q k^T / sqrt(d)) v per head; mask: bool, true where attending is allowed.
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal);
+  void check_input(const Tensor& x, const Tensor& padding_mask, const char* op) const;
+
+  std::int64_t d_model_, heads_, head_dim_;
+  double dropout_;
+  bool fused_;
+  bool keep_ = false;
+  Tensor last_attention_;
+};
+
+// Standard attention: every query attends to every (unpadded, and with `causal` every earlier)
+// key. Cost O(n^2) per head.
+class MultiHeadAttention : public Attention {
+ public:
+  MultiHeadAttention(std::int64_t d_model, std::int64_t heads, double dropout = 0.0,
+                     bool fused = true);
+  Tensor forward(const Tensor& x, const Tensor& padding_mask = {}, bool causal = false) override;
+  std::string type_name() const override { return "MultiHeadAttention"; }
+  std::string extra_repr() const override;
+};
+
+// Linformer attention (LINFORMER.md section 2): keys and values are projected from n rows to k
+// rows before attention, so the cost is O(n k). Padded rows of K and V are zeroed before the
+// projection, so padding never reaches the k compressed rows. The projections may be shared
+// with other heads, with each other (key_projection == value_projection) and with other layers.
+class LinformerAttention : public Attention {
+ public:
+  LinformerAttention(std::int64_t d_model, std::int64_t heads,
+                     std::shared_ptr<Projection> key_projection,
+                     std::shared_ptr<Projection> value_projection, double dropout = 0.0,
+                     bool fused = true);
+  // A causal mask is an Error: every compressed row mixes all n positions, so the future would
+  // leak into every query.
+  Tensor forward(const Tensor& x, const Tensor& padding_mask = {}, bool causal = false) override;
+  std::string type_name() const override { return "LinformerAttention"; }
+  std::string extra_repr() const override;
+
+  std::shared_ptr<Projection> key_projection, value_projection;
+};
+
+}  // namespace tinyformer::nn

@@ -1,0 +1,425 @@
+// safetensors reading and writing (atomic save, fully validated load) and model + optimizer
+// checkpoints built on it.
+#include "nn/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "nn/optim.h"
+
+namespace tinyformer::nn {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors stores little-endian bytes; this reader copies them as they are");
+
+namespace {
+
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+// Far above any real header (a few hundred bytes per tensor), low enough that a corrupted length
+// cannot make us allocate gigabytes. Python's safetensors uses the same cap.
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr const char* kOptimizerKey = "tinyformer.optimizer";
+
+const char* safetensors_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::float32:
+      return "F32";
+    case DType::float64:
+      return "F64";
+    case DType::int64:
+      return "I64";
+    case DType::boolean:
+      return "BOOL";
+  }
+  fail("safetensors: unknown dtype ", static_cast<int>(dtype));
+}
+
+bool parse_dtype(const std::string& name, DType& dtype) {
+  if (name == "F32")
+    dtype = DType::float32;
+  else if (name == "F64")
+    dtype = DType::float64;
+  else if (name == "I64")
+    dtype = DType::int64;
+  else if (name == "BOOL")
+    dtype = DType::boolean;
+  else
+    return false;
+  return true;
+}
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+std::string describe(const Tensor& t) {
+  return detail::concat(t.dtype(), " ", shape_str(t.shape()));
+}
+
+// A file descriptor closed on every path out of a function.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+void write_all(int fd, const void* data, std::size_t bytes, const std::string& where) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    TF_CHECK(n > 0, where, ": write failed: ", errno_text());
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+  }
+}
+
+// Reads exactly `bytes` at `offset`; a short read means the file changed or ended early.
+void read_all(int fd, void* data, std::size_t bytes, std::uint64_t offset,
+              const std::string& where) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    TF_CHECK(n >= 0, where, ": read failed: ", errno_text());
+    TF_CHECK(n > 0, where, ": the file ended early at byte ", offset,
+             " (was it modified while being read?)");
+    p += n;
+    offset += static_cast<std::uint64_t>(n);
+    bytes -= static_cast<std::size_t>(n);
+  }
+}
+
+// Writes `header` and the tensors' bytes to `path` through a temporary file and a rename.
+void write_atomically(const std::string& path, const std::string& header,
+                      const std::vector<Tensor>& host, const std::string& where) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  TF_CHECK(fd.get() >= 0, where, ": cannot create ", tmp, ": ", errno_text());
+  try {
+    const std::uint64_t n = header.size();
+    unsigned char length[8];
+    std::memcpy(length, &n, 8);  // little-endian (asserted above)
+    write_all(fd.get(), length, 8, where);
+    write_all(fd.get(), header.data(), header.size(), where);
+    for (const Tensor& t : host) {
+      write_all(fd.get(), t.data_ptr(),
+                static_cast<std::size_t>(t.numel()) * element_size(t.dtype()), where);
+    }
+    // The bytes must be on disk before the rename makes them the checkpoint; otherwise a crash
+    // could leave a renamed but empty file.
+    TF_CHECK(::fsync(fd.get()) == 0, where, ": fsync of ", tmp, " failed: ", errno_text());
+    TF_CHECK(::close(fd.release()) == 0, where, ": close of ", tmp, " failed: ", errno_text());
+    TF_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, where, ": cannot rename ", tmp, " to ", path,
+             ": ", errno_text());
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  // Makes the rename itself durable. The file is already complete and in place, and some
+  // filesystems refuse to sync a directory, so a failure here is not reported.
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd.get() >= 0) (void)::fsync(dir_fd.get());
+}
+
+// Parses the header, rejecting duplicate names (which a plain parse would silently merge) and
+// nesting deeper than a safetensors header has (root object -> entry -> shape array).
+json parse_header(const std::string& text, const std::string& where) {
+  std::vector<std::set<std::string>> open_objects;
+  json::parser_callback_t callback = [&](int depth, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        TF_CHECK(depth <= 2, where,
+                 ": the header nests objects or arrays deeper than a safetensors header does");
+        if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        open_objects.pop_back();
+        break;
+      case json::parse_event_t::key:
+        TF_CHECK(open_objects.back().insert(parsed.get<std::string>()).second, where,
+                 ": the header names \"", parsed.get<std::string>(), "\" twice");
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text, callback);
+  } catch (const json::exception& e) {
+    fail(where, ": the header is not valid JSON (", e.what(), ")");
+  }
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::uint64_t begin;
+  std::uint64_t end;
+};
+
+std::uint64_t unsigned_at(const json& value, const std::string& where, const std::string& what) {
+  TF_CHECK(value.is_number_unsigned(), where, ": ", what, " must be a non-negative integer, got ",
+           value.dump());
+  return value.get<std::uint64_t>();
+}
+
+// Checks one tensor entry of the header against the data section's size.
+Entry parse_entry(const std::string& name, const json& value, std::uint64_t data_bytes,
+                  const std::string& where) {
+  const std::string what = "tensor \"" + name + "\"";
+  TF_CHECK(!name.empty(), where, ": a tensor has an empty name");
+  TF_CHECK(value.is_object(), where, ": ", what, " must be a JSON object, got ", value.dump());
+  for (const auto& [field, ignored] : value.items()) {
+    TF_CHECK(field == "dtype" || field == "shape" || field == "data_offsets", where, ": ", what,
+             " has an unknown field \"", field, "\"");
+  }
+  for (const char* field : {"dtype", "shape", "data_offsets"}) {
+    TF_CHECK(value.contains(field), where, ": ", what, " has no \"", field, "\"");
+  }
+  Entry e{.name = name, .dtype = DType::float32, .shape = {}, .begin = 0, .end = 0};
+
+  const json& dtype = value["dtype"];
+  TF_CHECK(dtype.is_string(), where, ": ", what, ": dtype must be a string, got ", dtype.dump());
+  TF_CHECK(parse_dtype(dtype.get<std::string>(), e.dtype), where, ": ", what,
+           ": unsupported dtype ", dtype.dump(), " (expected F32, F64, I64 or BOOL)");
+
+  const json& shape = value["shape"];
+  TF_CHECK(shape.is_array(), where, ": ", what, ": shape must be an array, got ", shape.dump());
+  std::uint64_t bytes = element_size(e.dtype);
+  for (const json& d : shape) {
+    const std::uint64_t size = unsigned_at(d, where, what + ": each shape entry");
+    TF_CHECK(size <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
+                 !__builtin_mul_overflow(bytes, size, &bytes),
+             where, ": ", what, ": the shape ", shape.dump(), " is too large");
+    e.shape.push_back(static_cast<std::int64_t>(size));
+  }
+
+  const json& offsets = value["data_offsets"];
+  TF_CHECK(offsets.is_array() && offsets.size() == 2, where, ": ", what,
+           ": data_offsets must be [begin, end], got ", offsets.dump());
+  e.begin = unsigned_at(offsets[0], where, what + ": data_offsets");
+  e.end = unsigned_at(offsets[1], where, what + ": data_offsets");
+  TF_CHECK(e.begin <= e.end && e.end <= data_bytes, where, ": ", what, ": data_offsets [", e.begin,
+           ", ", e.end, "] lie outside the data section of ", data_bytes,
+           " bytes (is the file truncated?)");
+  TF_CHECK(e.end - e.begin == bytes, where, ": ", what, ": ", dtype.get<std::string>(), " ",
+           shape.dump(), " needs ", bytes, " bytes, data_offsets [", e.begin, ", ", e.end,
+           "] span ", e.end - e.begin);
+  return e;
+}
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const StateDict& tensors, const Metadata& metadata) {
+  const std::string where = "save_safetensors: " + path;
+  ordered_json header = ordered_json::object();
+  if (!metadata.empty()) {
+    ordered_json meta = ordered_json::object();
+    for (const auto& [key, value] : metadata) meta[key] = value;
+    header["__metadata__"] = std::move(meta);
+  }
+  std::set<std::string> names;
+  std::vector<Tensor> host;
+  std::uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    TF_CHECK(!name.empty(), where, ": a tensor has an empty name");
+    TF_CHECK(name != "__metadata__", where, ": \"__metadata__\" is reserved, not a tensor name");
+    TF_CHECK(names.insert(name).second, where, ": \"", name, "\" appears twice");
+    TF_CHECK(t.defined(), where, ": \"", name, "\" is an undefined Tensor");
+    // The bytes go out row-major from host memory.
+    Tensor h = raw::contiguous(raw::to_device(t, Device::cpu()));
+    const std::uint64_t bytes = static_cast<std::uint64_t>(h.numel()) * element_size(h.dtype());
+    header[name] = {{"dtype", safetensors_dtype(h.dtype())},
+                    {"shape", h.shape()},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    host.push_back(std::move(h));
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::exception& e) {
+    fail(where, ": a tensor name or metadata string is not valid UTF-8 (", e.what(), ")");
+  }
+  // Pad with spaces (valid JSON whitespace) so the data section starts 8-byte aligned, as
+  // Python's safetensors does.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  write_atomically(path, text, host, where);
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  const std::string where = "load_safetensors: " + path;
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  TF_CHECK(fd.get() >= 0, where, ": cannot open: ", errno_text());
+  struct stat st {};
+  TF_CHECK(::fstat(fd.get(), &st) == 0, where, ": cannot stat: ", errno_text());
+  TF_CHECK(S_ISREG(st.st_mode), where, ": not a regular file");
+  const std::uint64_t file_bytes = static_cast<std::uint64_t>(st.st_size);
+  TF_CHECK(file_bytes >= 8, where, ": the file has ", file_bytes,
+           " bytes, fewer than the 8 of the header length");
+
+  unsigned char length[8];
+  read_all(fd.get(), length, 8, 0, where);
+  std::uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, length, 8);
+  TF_CHECK(header_bytes <= file_bytes - 8, where, ": the header length says ", header_bytes,
+           " bytes, but only ", file_bytes - 8, " bytes follow it");
+  TF_CHECK(header_bytes <= kMaxHeaderBytes, where, ": the header length ", header_bytes,
+           " exceeds the limit of ", kMaxHeaderBytes, " bytes");
+  TF_CHECK(header_bytes >= 2, where, ": the header length is ", header_bytes,
+           ", too short for a JSON object");
+
+  std::string text(header_bytes, '\0');
+  read_all(fd.get(), text.data(), text.size(), 8, where);
+  TF_CHECK(text[0] == '{', where, ": the header must start with '{'");
+  const json header = parse_header(text, where);
+  TF_CHECK(header.is_object(), where, ": the header must be a JSON object");
+
+  const std::uint64_t data_start = 8 + header_bytes;
+  const std::uint64_t data_bytes = file_bytes - data_start;
+  SafetensorsFile out;
+  std::vector<Entry> entries;
+  for (const auto& [name, value] : header.items()) {
+    if (name == "__metadata__") {
+      if (value.is_null()) continue;
+      TF_CHECK(value.is_object(), where, ": __metadata__ must be an object of strings, got ",
+               value.dump());
+      for (const auto& [key, text_value] : value.items()) {
+        TF_CHECK(text_value.is_string(), where, ": __metadata__ \"", key,
+                 "\" must be a string, got ", text_value.dump());
+        out.metadata[key] = text_value.get<std::string>();
+      }
+      continue;
+    }
+    entries.push_back(parse_entry(name, value, data_bytes, where));
+  }
+
+  // The tensors must tile the data section exactly: in offset order, each starts where the
+  // previous one ended, and the last ends at the end of the file.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
+  });
+  std::uint64_t covered = 0;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    TF_CHECK(e.begin >= covered, where, ": tensor \"", e.name, "\" (bytes [", e.begin, ", ", e.end,
+             ")) overlaps tensor \"", entries[i - 1].name, "\" (bytes [", entries[i - 1].begin,
+             ", ", entries[i - 1].end, "))");
+    TF_CHECK(e.begin == covered, where, ": bytes [", covered, ", ", e.begin,
+             ") of the data section belong to no tensor (before \"", e.name, "\")");
+    covered = e.end;
+  }
+  TF_CHECK(covered == data_bytes, where, ": the data section has ", data_bytes,
+           " bytes but the tensors cover only ", covered);
+
+  for (const Entry& e : entries) {
+    Tensor t = empty(e.shape, {.dtype = e.dtype});
+    const std::size_t bytes = static_cast<std::size_t>(e.end - e.begin);
+    if (bytes > 0) read_all(fd.get(), t.data_ptr(), bytes, data_start + e.begin, where);
+    if (e.dtype == DType::boolean) {
+      // Any byte but 0 and 1 would be a bool value with undefined behaviour.
+      const auto* p = static_cast<const unsigned char*>(t.data_ptr());
+      const auto bad = std::find_if(p, p + bytes, [](unsigned char b) { return b > 1; });
+      TF_CHECK(bad == p + bytes, where, ": tensor \"", e.name, "\" is BOOL but element ", bad - p,
+               " is ", static_cast<int>(*bad), " (expected 0 or 1)");
+    }
+    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+void save_checkpoint(const std::string& path, const Module& module,
+                     const optim::Optimizer* optimizer, const Metadata& metadata) {
+  StateDict all;
+  for (const auto& [name, t] : module.state_dict()) all.emplace_back("model." + name, t);
+  Metadata meta = metadata;
+  meta.erase(kOptimizerKey);
+  if (optimizer != nullptr) {
+    for (const auto& [name, t] : optimizer->state_dict()) all.emplace_back("optim." + name, t);
+    meta[kOptimizerKey] = optimizer->type_name();
+  }
+  save_safetensors(path, all, meta);
+}
+
+Metadata load_checkpoint(const std::string& path, Module& module, optim::Optimizer* optimizer) {
+  const std::string where = "load_checkpoint: " + path;
+  SafetensorsFile file = load_safetensors(path);
+
+  StateDict model_state, optim_state;
+  for (auto& [name, t] : file.tensors) {
+    if (name.rfind("model.", 0) == 0) {
+      model_state.emplace_back(name.substr(6), t);
+    } else if (name.rfind("optim.", 0) == 0) {
+      optim_state.emplace_back(name.substr(6), t);
+    } else {
+      fail(where, ": unexpected entry \"", name,
+           "\" (a checkpoint holds only model.* and optim.* entries)");
+    }
+  }
+
+  // Everything is checked before anything is copied, so a mismatch leaves the module and the
+  // optimizer as they were.
+  const StateDict own = module.state_dict();
+  auto find = [](const StateDict& state, const std::string& name) {
+    return std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == name; });
+  };
+  const std::string hint = " (was it saved from a model of another configuration?)";
+  for (const auto& [name, mine] : own) {
+    const auto it = find(model_state, name);
+    TF_CHECK(it != model_state.end(), where, ": the module has \"", name, "\" (", describe(mine),
+             ") but the checkpoint has no \"model.", name, "\"", hint);
+    TF_CHECK(it->second.shape() == mine.shape() && it->second.dtype() == mine.dtype(), where,
+             ": \"model.", name, "\" is ", describe(it->second),
+             " in the checkpoint, the module's \"", name, "\" is ", describe(mine), hint);
+  }
+  for (const auto& [name, theirs] : model_state) {
+    TF_CHECK(find(own, name) != own.end(), where, ": the checkpoint has \"model.", name, "\" (",
+             describe(theirs), ") which the module does not have", hint);
+  }
+  if (optimizer != nullptr) {
+    const auto it = file.metadata.find(kOptimizerKey);
+    TF_CHECK(it != file.metadata.end() && !optim_state.empty(), where,
+             ": the checkpoint holds no optimizer state (it was saved without an optimizer)");
+    TF_CHECK(it->second == optimizer->type_name(), where, ": the checkpoint holds ", it->second,
+             " state, the optimizer is ", optimizer->type_name());
+    try {
+      optimizer->check_state_dict(optim_state);
+    } catch (const Error& e) {
+      fail(where, ": optimizer state does not fit: ", e.what());
+    }
+  }
+  module.load_state_dict(model_state, /*strict=*/true);
+  if (optimizer != nullptr) optimizer->load_state_dict(optim_state);
+  return file.metadata;
+}
+
+}  // namespace tinyformer::nn

@@ -1,0 +1,56 @@
+// Checkpoints in the safetensors format: tensors by name plus string metadata, written
+// atomically and validated completely when read back (a file is untrusted input).
+//
+// The layout (https://github.com/huggingface/safetensors):
+//   8 bytes    N, the header length, unsigned little-endian
+//   N bytes    JSON: {"<name>": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]},
+//                     ..., "__metadata__": {"<key>": "<value>", ...}}
+//   the rest   the tensors' bytes, row-major, little-endian; offsets count from the start of
+//              this data section, and the tensors cover it exactly, in order, without gaps.
+// dtypes F32, F64, I64 and BOOL map to float32, float64, int64 and boolean. Files written here
+// load with Python's safetensors and the other way round.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "nn/module.h"
+
+namespace tinyformer::nn {
+
+namespace optim {
+class Optimizer;
+}
+
+using Metadata = std::map<std::string, std::string>;
+
+struct SafetensorsFile {
+  StateDict tensors;  // in the order of their data in the file
+  Metadata metadata;
+};
+
+// Writes "<path>.tmp.<pid>", flushes it to disk, renames it over `path` and syncs the
+// directory: a reader sees the old file or the new one, never a partial file, even if the
+// process dies mid-save. Tensors may live on any device and have any layout.
+void save_safetensors(const std::string& path, const StateDict& tensors,
+                      const Metadata& metadata = {});
+
+// Reads and checks everything (header length, JSON, dtypes, shapes against byte counts,
+// offsets, duplicate names, boolean bytes) before building a tensor; any problem is an Error
+// naming the file and what is wrong. Tensors land on the CPU.
+SafetensorsFile load_safetensors(const std::string& path);
+
+// The module's state dict under "model.<name>" and, when given, the optimizer's under
+// "optim.<name>", with the optimizer's type recorded in the metadata key
+// "tinyformer.optimizer". `metadata` is stored as given (e.g. {"step": "1200"}).
+void save_checkpoint(const std::string& path, const Module& module,
+                     const optim::Optimizer* optimizer = nullptr, const Metadata& metadata = {});
+
+// Loads what save_checkpoint wrote into `module` (and `optimizer`, when given) and returns the
+// metadata. Every entry must match the module exactly: same names, shapes and dtypes. On any
+// mismatch (a checkpoint of another configuration, another optimizer, a corrupted file) it
+// throws one Error naming the entry, and neither the module nor the optimizer changes.
+Metadata load_checkpoint(const std::string& path, Module& module,
+                         optim::Optimizer* optimizer = nullptr);
+
+}  // namespace tinyformer::nn

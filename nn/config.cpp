@@ -1,0 +1,97 @@
+// Encoder configuration: k schedules, per-layer specs and validation.
+#include "nn/config.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace tinyformer::nn {
+
+const char* sharing_name(Sharing sharing) {
+  switch (sharing) {
+    case Sharing::none:
+      return "none";
+    case Sharing::headwise:
+      return "headwise";
+    case Sharing::key_value:
+      return "key-value";
+    case Sharing::layerwise:
+      return "layerwise";
+  }
+  return "unknown";
+}
+
+std::vector<std::int64_t> k_linear_decay(std::int64_t layers, std::int64_t k0, std::int64_t step,
+                                         std::int64_t k_min) {
+  TF_CHECK(layers > 0 && k0 > 0 && step >= 0 && k_min > 0 && k_min <= k0,
+           "k_linear_decay: expected layers > 0, 0 < k_min <= k0 and step >= 0, got layers=",
+           layers, ", k0=", k0, ", step=", step, ", k_min=", k_min);
+  std::vector<std::int64_t> ks;
+  for (std::int64_t l = 0; l < layers; ++l) ks.push_back(std::max(k_min, k0 - l * step));
+  return ks;
+}
+
+std::vector<std::int64_t> k_geometric_decay(std::int64_t layers, std::int64_t k0, double ratio,
+                                            std::int64_t k_min) {
+  TF_CHECK(layers > 0 && k0 > 0 && ratio > 0 && ratio <= 1 && k_min > 0 && k_min <= k0,
+           "k_geometric_decay: expected layers > 0, 0 < k_min <= k0 and 0 < ratio <= 1, got "
+           "layers=",
+           layers, ", k0=", k0, ", ratio=", ratio, ", k_min=", k_min);
+  std::vector<std::int64_t> ks;
+  for (std::int64_t l = 0; l < layers; ++l) {
+    const auto k =
+        static_cast<std::int64_t>(std::llround(static_cast<double>(k0) * std::pow(ratio, l)));
+    ks.push_back(std::max(k_min, k));
+  }
+  return ks;
+}
+
+LayerSpec layer_spec(const EncoderConfig& config, std::int64_t l) {
+  if (!config.per_layer.empty()) return config.per_layer[static_cast<std::size_t>(l)];
+  return {config.attention, config.linformer};
+}
+
+std::int64_t layer_k(const LinformerConfig& linformer, std::int64_t l) {
+  return linformer.k_per_layer.empty() ? linformer.k
+                                       : linformer.k_per_layer[static_cast<std::size_t>(l)];
+}
+
+void validate(const EncoderConfig& c) {
+  TF_CHECK(c.layers > 0 && c.d_model > 0 && c.heads > 0 && c.d_ff > 0 && c.max_seq_len > 0,
+           "EncoderConfig: expected positive layers, d_model, heads, d_ff and max_seq_len");
+  TF_CHECK(c.d_model % c.heads == 0, "EncoderConfig: d_model (", c.d_model,
+           ") must be divisible by heads (", c.heads, ")");
+  TF_CHECK(c.dropout >= 0 && c.dropout < 1 && c.attention_dropout >= 0 && c.attention_dropout < 1,
+           "EncoderConfig: expected dropouts in [0, 1)");
+  TF_CHECK(c.per_layer.empty() || static_cast<std::int64_t>(c.per_layer.size()) == c.layers,
+           "EncoderConfig: per_layer has ", c.per_layer.size(), " entries for ", c.layers,
+           " layers");
+  std::int64_t shared_k = -1;
+  std::string shared_kind;
+  for (std::int64_t l = 0; l < c.layers; ++l) {
+    const LayerSpec spec = layer_spec(c, l);
+    if (spec.attention != AttentionKind::linformer) continue;
+    const LinformerConfig& lin = spec.linformer;
+    TF_CHECK(
+        lin.k_per_layer.empty() || static_cast<std::int64_t>(lin.k_per_layer.size()) == c.layers,
+        "EncoderConfig: k_per_layer has ", lin.k_per_layer.size(), " entries for ", c.layers,
+        " layers");
+    const std::int64_t k = layer_k(lin, l);
+    TF_CHECK(k > 0 && k <= c.max_seq_len, "EncoderConfig: layer ", l, " has k=", k,
+             ", expected 0 < k <= max_seq_len (", c.max_seq_len, ")");
+    if (lin.sharing == Sharing::layerwise) {
+      const std::string kind =
+          lin.projection_name.empty() ? projection_name(lin.projection) : lin.projection_name;
+      TF_CHECK(shared_k < 0 || (shared_k == k && shared_kind == kind),
+               "EncoderConfig: layerwise sharing uses one projection for every layer, so every "
+               "layer needs the same k and kind; layer ",
+               l, " has k=", k, " (", kind, "), an earlier layer k=", shared_k, " (", shared_kind,
+               "). Use headwise or key-value sharing for a k per layer");
+      shared_k = k;
+      shared_kind = kind;
+    }
+  }
+}
+
+}  // namespace tinyformer::nn

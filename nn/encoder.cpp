@@ -1,0 +1,99 @@
+// Encoder layers and the stack, including how Linformer projections are shared.
+#include "nn/encoder.h"
+
+#include "autograd/ops.h"
+
+namespace tinyformer::nn {
+
+TransformerEncoderLayer::TransformerEncoderLayer(const EncoderConfig& config,
+                                                 std::shared_ptr<Attention> attn)
+    : pre_norm_(config.pre_norm), dropout_(config.dropout) {
+  TF_CHECK(attn != nullptr, "TransformerEncoderLayer: expected an attention module");
+  attention = register_module("attention", std::move(attn));
+  feed_forward = register_module(
+      "feed_forward", std::make_shared<FeedForward>(config.d_model, config.d_ff, config.activation,
+                                                    config.dropout));
+  norm1 = register_module("norm1", std::make_shared<LayerNorm>(config.d_model));
+  norm2 = register_module("norm2", std::make_shared<LayerNorm>(config.d_model));
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& padding_mask, bool causal) {
+  const bool train = is_training();
+  if (pre_norm_) {
+    // x + Attn(LN(x)), then h + FF(LN(h))
+    Tensor h = add(
+        x, dropout(attention->forward(norm1->forward(x), padding_mask, causal), dropout_, train));
+    return add(h, dropout(feed_forward->forward(norm2->forward(h)), dropout_, train));
+  }
+  // LN(x + Attn(x)), then LN(h + FF(h))
+  Tensor h =
+      norm1->forward(add(x, dropout(attention->forward(x, padding_mask, causal), dropout_, train)));
+  return norm2->forward(add(h, dropout(feed_forward->forward(h), dropout_, train)));
+}
+
+TransformerEncoder::TransformerEncoder(const EncoderConfig& config) : config_(config) {
+  validate(config);
+  layer_list_ = register_module("layers", std::make_shared<ModuleList>());
+  const std::int64_t head_dim = config.d_model / config.heads;
+  std::shared_ptr<Projection> across_layers;  // layerwise sharing: one for every layer
+  for (std::int64_t l = 0; l < config.layers; ++l) {
+    const LayerSpec spec = layer_spec(config, l);
+    std::shared_ptr<Attention> attn;
+    if (spec.attention == AttentionKind::full) {
+      attn = std::make_shared<MultiHeadAttention>(config.d_model, config.heads,
+                                                  config.attention_dropout, config.fused_attention);
+    } else {
+      const LinformerConfig& lin = spec.linformer;
+      const std::string kind =
+          lin.projection_name.empty() ? projection_name(lin.projection) : lin.projection_name;
+      const ProjectionSpec ps{.k = layer_k(lin, l),
+                              .max_seq_len = config.max_seq_len,
+                              .head_dim = head_dim,
+                              .heads = lin.sharing == Sharing::none ? config.heads : 1};
+      std::shared_ptr<Projection> key, value;
+      switch (lin.sharing) {
+        case Sharing::none:
+        case Sharing::headwise:
+          key = make_projection(kind, ps);
+          value = make_projection(kind, ps);
+          break;
+        case Sharing::key_value:
+          key = value = make_projection(kind, ps);
+          break;
+        case Sharing::layerwise:
+          if (!across_layers) across_layers = make_projection(kind, ps);
+          key = value = across_layers;
+          break;
+      }
+      attn = std::make_shared<LinformerAttention>(config.d_model, config.heads, key, value,
+                                                  config.attention_dropout, config.fused_attention);
+    }
+    layers_.push_back(
+        layer_list_->push_back(std::make_shared<TransformerEncoderLayer>(config, attn)));
+  }
+  if (config.pre_norm)
+    final_norm = register_module("final_norm", std::make_shared<LayerNorm>(config.d_model));
+}
+
+Tensor TransformerEncoder::forward(const Tensor& x, const Tensor& padding_mask, bool causal) {
+  TF_CHECK(x.defined() && x.dim() == 3 && x.size(1) <= config_.max_seq_len,
+           "TransformerEncoder: expected input [B, n <= ", config_.max_seq_len, ", ",
+           config_.d_model, "], got ", x.defined() ? shape_str(x.shape()) : "an undefined Tensor");
+  Tensor h = x;
+  for (const auto& layer : layers_) h = layer->forward(h, padding_mask, causal);
+  return final_norm ? final_norm->forward(h) : h;
+}
+
+std::shared_ptr<TransformerEncoderLayer> TransformerEncoder::layer(std::size_t i) const {
+  TF_CHECK(i < layers_.size(), "TransformerEncoder::layer: index ", i, " out of range for ",
+           layers_.size(), " layers");
+  return layers_[i];
+}
+
+std::vector<std::shared_ptr<Attention>> TransformerEncoder::attention_layers() const {
+  std::vector<std::shared_ptr<Attention>> out;
+  for (const auto& layer : layers_) out.push_back(layer->attention);
+  return out;
+}
+
+}  // namespace tinyformer::nn

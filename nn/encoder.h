@@ -1,0 +1,51 @@
+// The Transformer encoder: layers of (attention, feed-forward), each with a residual and a
+// LayerNorm, pre-norm or post-norm; every layer's attention full or Linformer.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "nn/attention.h"
+#include "nn/config.h"
+#include "nn/container.h"
+#include "nn/layers.h"
+
+namespace tinyformer::nn {
+
+class TransformerEncoderLayer : public Module {
+ public:
+  TransformerEncoderLayer(const EncoderConfig& config, std::shared_ptr<Attention> attention);
+  // x: [B, n, d_model]; padding_mask: [B, n] bool (true = padded) or undefined.
+  Tensor forward(const Tensor& x, const Tensor& padding_mask = {}, bool causal = false);
+  std::string type_name() const override { return "TransformerEncoderLayer"; }
+  std::string extra_repr() const override { return pre_norm_ ? "pre-norm" : "post-norm"; }
+
+  std::shared_ptr<Attention> attention;
+  std::shared_ptr<FeedForward> feed_forward;
+  std::shared_ptr<LayerNorm> norm1, norm2;
+
+ private:
+  bool pre_norm_;
+  double dropout_;
+};
+
+class TransformerEncoder : public Module {
+ public:
+  explicit TransformerEncoder(const EncoderConfig& config);
+  Tensor forward(const Tensor& x, const Tensor& padding_mask = {}, bool causal = false);
+  std::string type_name() const override { return "TransformerEncoder"; }
+
+  const EncoderConfig& config() const { return config_; }
+  std::size_t size() const { return layers_.size(); }
+  std::shared_ptr<TransformerEncoderLayer> layer(std::size_t i) const;
+  std::vector<std::shared_ptr<Attention>> attention_layers() const;
+
+  std::shared_ptr<LayerNorm> final_norm;  // pre-norm stacks only
+
+ private:
+  EncoderConfig config_;
+  std::shared_ptr<ModuleList> layer_list_;
+  std::vector<std::shared_ptr<TransformerEncoderLayer>> layers_;
+};
+
+}  // namespace tinyformer::nn

@@ -1,0 +1,48 @@
+// Linear and the position-wise feed-forward block built from two of them.
+#pragma once
+
+#include <memory>
+
+#include "autograd/elementwise.h"
+#include "nn/module.h"
+
+namespace tinyformer::nn {
+
+// y = x W^T + b; W: [out, in], b: [out]. x: [..., in] -> [..., out].
+// Initialised as PyTorch does: W and b ~ U(-1/sqrt(in), 1/sqrt(in)).
+class Linear : public Module {
+ public:
+  Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) const;
+  std::string type_name() const override { return "Linear"; }
+  std::string extra_repr() const override;
+
+  Tensor weight;
+  Tensor bias;  // undefined without bias
+
+ private:
+  std::int64_t in_, out_;
+};
+
+enum class Activation { relu, gelu, gelu_tanh };
+Tensor activate(const Tensor& x, Activation activation);
+const char* activation_name(Activation activation);
+
+// Linear(d_model -> d_ff), activation, dropout, Linear(d_ff -> d_model): the Transformer's
+// position-wise feed-forward block. x: [..., d_model].
+class FeedForward : public Module {
+ public:
+  FeedForward(std::int64_t d_model, std::int64_t d_ff, Activation activation = Activation::gelu,
+              double dropout = 0.0);
+  Tensor forward(const Tensor& x) const;
+  std::string type_name() const override { return "FeedForward"; }
+  std::string extra_repr() const override;
+
+  std::shared_ptr<Linear> fc1, fc2;
+
+ private:
+  Activation activation_;
+  double dropout_;
+};
+
+}  // namespace tinyformer::nn

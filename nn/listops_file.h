@@ -1,0 +1,22 @@
+// ListOps files in LRA's TSV layout: a "Source\tTarget" header, then one "expression\tvalue"
+// line per example with the expression's tokens space-separated.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include "nn/listops.h"
+
+namespace tinyformer::nn::data {
+
+// Writes atomically (a temporary file renamed into place), so an interrupted write leaves no
+// half file under `path`.
+void write_listops_tsv(const std::filesystem::path& path,
+                       const std::vector<ListOpsExample>& examples);
+
+// Reads and validates every line: two tab-separated fields, a well-formed expression, a label
+// 0..9 equal to the expression's value. Blank lines are skipped, "\r\n" endings and LRA's
+// parentheses accepted. A bad line gives an Error naming the file and the line number.
+std::vector<ListOpsExample> read_listops_tsv(const std::filesystem::path& path);
+
+}  // namespace tinyformer::nn::data

@@ -1,0 +1,68 @@
+// Ready models built from an EncoderConfig: masked-language modelling and sequence
+// classification.
+#pragma once
+
+#include <memory>
+
+#include "nn/embedding.h"
+#include "nn/encoder.h"
+
+namespace tinyformer::nn {
+
+enum class PositionEncoding { learned, sinusoidal };
+
+// Token embedding + position encoding + dropout + encoder: tokens [B, n] -> [B, n, d_model].
+class TokenEncoder : public Module {
+ public:
+  TokenEncoder(const EncoderConfig& config, std::int64_t vocab_size,
+               PositionEncoding positions = PositionEncoding::learned);
+  Tensor forward(const Tensor& tokens, const Tensor& padding_mask = {});
+  std::string type_name() const override { return "TokenEncoder"; }
+
+  std::shared_ptr<Embedding> token_embedding;
+  std::shared_ptr<LearnedPositionalEncoding> learned_positions;  // or
+  std::shared_ptr<SinusoidalPositionalEncoding> sinusoidal_positions;
+  std::shared_ptr<TransformerEncoder> encoder;
+
+ private:
+  std::int64_t vocab_size_;
+  double dropout_;
+};
+
+// Masked-LM: TokenEncoder, then dense + GELU + LayerNorm, then logits over the vocabulary
+// through the token embedding's matrix (tied, the default) or a Linear of its own.
+// tokens [B, n] -> logits [B, n, vocab].
+class MaskedLM : public Module {
+ public:
+  MaskedLM(const EncoderConfig& config, std::int64_t vocab_size, bool tie_weights = true,
+           PositionEncoding positions = PositionEncoding::learned);
+  Tensor forward(const Tensor& tokens, const Tensor& padding_mask = {});
+  std::string type_name() const override { return "MaskedLM"; }
+
+  std::shared_ptr<TokenEncoder> body;
+  std::shared_ptr<Linear> dense;
+  std::shared_ptr<LayerNorm> norm;
+  std::shared_ptr<Linear> decoder;  // null when tied
+  Tensor decoder_bias;              // [vocab]
+};
+
+enum class Pooling { cls, mean };
+
+// Classification: TokenEncoder, pooled (the first position, or the mean over real positions),
+// then Linear to classes. tokens [B, n] -> logits [B, classes].
+class SequenceClassifier : public Module {
+ public:
+  SequenceClassifier(const EncoderConfig& config, std::int64_t vocab_size, std::int64_t classes,
+                     Pooling pooling = Pooling::mean,
+                     PositionEncoding positions = PositionEncoding::learned);
+  Tensor forward(const Tensor& tokens, const Tensor& padding_mask = {});
+  std::string type_name() const override { return "SequenceClassifier"; }
+
+  std::shared_ptr<TokenEncoder> body;
+  std::shared_ptr<Linear> classifier;
+
+ private:
+  Pooling pooling_;
+};
+
+}  // namespace tinyformer::nn

@@ -1,0 +1,672 @@
+// The CPU backend's compute-bound kernels (matmul, softmax, layer_norm, conv1d, pool1d) against
+// plain reference loops in double precision: every operand layout matmul accepts (contiguous,
+// transposed, sliced, broadcast, permuted, copy-only), odd sizes, float32 and float64.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/dnnl_context.h"
+#include "backends/cpu/matmul.h"
+#include "core/backend.h"
+#include "core/tensor.h"
+
+namespace {
+
+using namespace tinyformer;
+
+Backend& cpu() {
+  return backend(Device::cpu());
+}
+
+// --- making and reading tensors without the kernels under test ---
+
+std::vector<double> random_values(std::int64_t n, unsigned seed, double lo = -1.0,
+                                  double hi = 1.0) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (double& x : v) x = dist(gen);
+  return v;
+}
+
+// A contiguous tensor of `dtype` holding `values`.
+Tensor make(const std::vector<double>& values, const Shape& shape, DType dtype) {
+  if (dtype == DType::float64) return from<double>(values, shape);
+  return from<float>(std::vector<float>(values.begin(), values.end()), shape);
+}
+
+Tensor random_tensor(const Shape& shape, DType dtype, unsigned seed) {
+  return make(random_values(shape_numel(shape), seed), shape, dtype);
+}
+
+// The element at multi-index `idx`, read through t's strides.
+double at(const Tensor& t, std::initializer_list<std::int64_t> idx) {
+  std::int64_t pos = 0, d = 0;
+  for (std::int64_t i : idx) pos += i * t.strides()[static_cast<std::size_t>(d++)];
+  if (t.dtype() == DType::float64) return static_cast<const double*>(t.data_ptr())[pos];
+  return static_cast<const float*>(t.data_ptr())[pos];
+}
+
+// The values of a contiguous tensor, as doubles.
+std::vector<double> values(const Tensor& t) {
+  REQUIRE(t.is_contiguous());
+  std::vector<double> v(static_cast<std::size_t>(t.numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    v[i] = t.dtype() == DType::float64 ? static_cast<const double*>(t.data_ptr())[i]
+                                       : static_cast<const float*>(t.data_ptr())[i];
+  }
+  return v;
+}
+
+Tensor empty_of(const Shape& shape, DType dtype) {
+  return empty(shape, {.dtype = dtype});
+}
+
+// |got - want| <= tol * (1 + |want|) for every element; reports the first failure.
+void check_close(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= tol * (1.0 + std::fabs(want[i])))) {
+      FAIL_CHECK("element " << i << ": got " << got[i] << ", want " << want[i]);
+      return;
+    }
+  }
+}
+
+double tolerance(DType dtype) {
+  return dtype == DType::float64 ? 1e-12 : 2e-5;
+}
+
+// ============================== matmul ==============================
+
+// How a test operand [B, R, C] is laid out in memory.
+enum class Layout { contiguous, transposed, sliced, broadcast, permuted, strided };
+const char* layout_name(Layout l) {
+  constexpr const char* names[] = {"contiguous", "transposed", "sliced",
+                                   "broadcast",  "permuted",   "strided"};
+  return names[static_cast<int>(l)];
+}
+
+// A [B, R, C] view with the given layout over a fresh storage of random values.
+Tensor make_operand(Layout layout, std::int64_t b, std::int64_t r, std::int64_t c, DType dtype,
+                    unsigned seed) {
+  switch (layout) {
+    case Layout::contiguous:
+      return random_tensor({b, r, c}, dtype, seed);
+    case Layout::transposed: {  // stored [B, C, R]: a column-major matrix per batch
+      Tensor base = random_tensor({b, c, r}, dtype, seed);
+      return raw::as_strided(base, {b, r, c}, {r * c, 1, r}, 0);
+    }
+    case Layout::sliced: {  // rows of a wider matrix, starting at column 2: leading dim C + 5
+      Tensor base = random_tensor({b, r, c + 5}, dtype, seed);
+      return raw::as_strided(base, {b, r, c}, {r * (c + 5), c + 5, 1}, 2);
+    }
+    case Layout::broadcast: {  // one matrix for every batch: batch stride 0
+      Tensor base = random_tensor({1, r, c}, dtype, seed);
+      return raw::as_strided(base, {b, r, c}, {0, c, 1}, 0);
+    }
+    case Layout::permuted: {  // stored [R, B, C], as after a transpose of the first two dims
+      Tensor base = random_tensor({r, b, c}, dtype, seed);
+      return raw::as_strided(base, {b, r, c}, {c, b * c, 1}, 0);
+    }
+    case Layout::strided: {  // every other column: no GEMM reads this, it must be copied
+      Tensor base = random_tensor({b, r, 2 * c}, dtype, seed);
+      return raw::as_strided(base, {b, r, c}, {r * 2 * c, 2 * c, 2}, 0);
+    }
+  }
+  return {};
+}
+
+// The operand's elements in row-major order of its shape, read through its strides.
+std::vector<double> gather(const Tensor& t) {
+  std::vector<double> v;
+  for (std::int64_t i = 0; i < t.size(0); ++i) {
+    for (std::int64_t r = 0; r < t.size(1); ++r) {
+      for (std::int64_t c = 0; c < t.size(2); ++c) v.push_back(at(t, {i, r, c}));
+    }
+  }
+  return v;
+}
+
+std::vector<double> matmul_reference(const Tensor& a, const Tensor& b) {
+  const std::int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
+  const std::vector<double> av = gather(a), bv = gather(b);
+  std::vector<double> out(static_cast<std::size_t>(batch * m * n), 0.0);
+  for (std::int64_t i = 0; i < batch; ++i) {
+    for (std::int64_t r = 0; r < m; ++r) {
+      for (std::int64_t j = 0; j < k; ++j) {
+        const double x = av[static_cast<std::size_t>((i * m + r) * k + j)];
+        for (std::int64_t c = 0; c < n; ++c) {
+          out[static_cast<std::size_t>((i * m + r) * n + c)] +=
+              x * bv[static_cast<std::size_t>((i * k + j) * n + c)];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void check_matmul(const Tensor& a, const Tensor& b) {
+  Tensor out = empty_of({a.size(0), a.size(1), b.size(2)}, a.dtype());
+  cpu().matmul(a, b, out);
+  check_close(values(out), matmul_reference(a, b), tolerance(a.dtype()));
+}
+
+TEST_CASE("matmul: every layout of a and b, odd sizes, float32 and float64") {
+  const Layout layouts[] = {Layout::contiguous, Layout::transposed, Layout::sliced,
+                            Layout::broadcast,  Layout::permuted,   Layout::strided};
+  struct Size {
+    std::int64_t b, m, k, n;
+  };
+  // The first sizes go to cblas_sgemm in float32 (a batch of one, small); the others to oneDNN.
+  const Size sizes[] = {
+      {1, 1, 1, 1}, {1, 3, 17, 5}, {3, 17, 65, 3}, {2, 65, 17, 66}, {2, 1, 3, 65}};
+  for (DType dtype : {DType::float32, DType::float64}) {
+    for (const Size& s : sizes) {
+      for (Layout la : layouts) {
+        for (Layout lb : layouts) {
+          CAPTURE(dtype);
+          CAPTURE(s.b);
+          CAPTURE(s.m);
+          CAPTURE(s.k);
+          CAPTURE(s.n);
+          CAPTURE(layout_name(la));
+          CAPTURE(layout_name(lb));
+          check_matmul(make_operand(la, s.b, s.m, s.k, dtype, 1),
+                       make_operand(lb, s.b, s.k, s.n, dtype, 2));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul: large float32 products on oneDNN, single and batched") {
+  // Above the small-product threshold, with transposes as attention uses them (Q K^T, P V).
+  check_matmul(make_operand(Layout::contiguous, 1, 70, 80, DType::float32, 3),
+               make_operand(Layout::transposed, 1, 80, 90, DType::float32, 4));
+  check_matmul(make_operand(Layout::permuted, 4, 33, 16, DType::float32, 5),
+               make_operand(Layout::transposed, 4, 16, 33, DType::float32, 6));
+}
+
+TEST_CASE("matmul: both operands broadcast fill every batch") {
+  for (DType dtype : {DType::float32, DType::float64}) {
+    check_matmul(make_operand(Layout::broadcast, 3, 5, 4, dtype, 7),
+                 make_operand(Layout::broadcast, 3, 4, 6, dtype, 8));
+    check_matmul(make_operand(Layout::broadcast, 2, 70, 70, dtype, 7),
+                 make_operand(Layout::broadcast, 2, 70, 70, dtype, 8));
+  }
+}
+
+TEST_CASE("matmul: empty dimensions") {
+  for (DType dtype : {DType::float32, DType::float64}) {
+    // K = 0: an empty sum, every element 0 (out starts as garbage).
+    Tensor out = full({2, 3, 4}, 7.0, {.dtype = dtype});
+    cpu().matmul(empty_of({2, 3, 0}, dtype), empty_of({2, 0, 4}, dtype), out);
+    for (double v : values(out)) CHECK(v == 0.0);
+    // M = 0 or B = 0: nothing to compute, nothing to crash on.
+    cpu().matmul(empty_of({2, 0, 3}, dtype), empty_of({2, 3, 4}, dtype),
+                 empty_of({2, 0, 4}, dtype));
+    cpu().matmul(empty_of({0, 2, 3}, dtype), empty_of({0, 3, 4}, dtype),
+                 empty_of({0, 2, 4}, dtype));
+  }
+}
+
+TEST_CASE("matmul: bad input throws Error") {
+  const Tensor a = random_tensor({2, 3, 4}, DType::float32, 1);
+  const Tensor b = random_tensor({2, 4, 5}, DType::float32, 2);
+  CHECK_THROWS_AS(cpu().matmul(a, random_tensor({2, 3, 5}, DType::float32, 3),
+                               empty_of({2, 3, 5}, DType::float32)),
+                  Error);
+  CHECK_THROWS_AS(cpu().matmul(a, b, empty_of({2, 3, 6}, DType::float32)), Error);
+  CHECK_THROWS_AS(cpu().matmul(a, b, empty_of({2, 3, 5}, DType::float64)), Error);
+  CHECK_THROWS_AS(cpu().matmul(a, random_tensor({2, 4, 5}, DType::float64, 2),
+                               empty_of({2, 3, 5}, DType::float32)),
+                  Error);
+  CHECK_THROWS_AS(
+      cpu().matmul(from<std::int64_t>({1}, {1, 1, 1}), from<std::int64_t>({1}, {1, 1, 1}),
+                   empty(Shape{1, 1, 1}, {.dtype = DType::int64})),
+      Error);
+  CHECK_THROWS_AS(
+      cpu().matmul(raw::as_strided(a, {3, 4}, {4, 1}, 0), b, empty_of({2, 3, 5}, DType::float32)),
+      Error);
+  // A non-contiguous out.
+  Tensor wide = empty_of({2, 3, 10}, DType::float32);
+  CHECK_THROWS_AS(cpu().matmul(a, b, raw::as_strided(wide, {2, 3, 5}, {30, 10, 1}, 0)), Error);
+  CHECK_THROWS_AS(cpu().matmul(a, b, Tensor()), Error);
+}
+
+TEST_CASE("gemm_operand: what is passed as is and what is copied") {
+  using cpu::gemm_operand;
+  auto row = gemm_operand({2, 3, 4}, {12, 4, 1});
+  CHECK(!row.copy);
+  CHECK(!row.transposed);
+  CHECK(row.ld == 4);
+  CHECK(row.batch_stride == 12);
+  auto col = gemm_operand({2, 3, 4}, {12, 1, 3});
+  CHECK(!col.copy);
+  CHECK(col.transposed);
+  CHECK(col.ld == 3);
+  auto sliced = gemm_operand({2, 3, 4}, {30, 10, 1});
+  CHECK(!sliced.copy);
+  CHECK(sliced.ld == 10);
+  auto bcast = gemm_operand({5, 3, 4}, {0, 4, 1});
+  CHECK(!bcast.copy);
+  CHECK(bcast.broadcast);
+  CHECK(gemm_operand({2, 3, 4}, {24, 8, 2}).copy);  // no unit stride
+  CHECK(gemm_operand({2, 3, 4}, {12, 2, 1}).copy);  // rows overlap (ld < cols)
+  CHECK(gemm_operand({2, 3, 4}, {4, 4, 1}).copy);   // batches overlap
+  // Sizes of 1 make a stride irrelevant: a row vector taken from a column-major matrix.
+  auto vec = gemm_operand({1, 1, 4}, {4, 7, 9});
+  CHECK(!vec.copy);
+  CHECK(vec.ld >= 1);
+}
+
+TEST_CASE("dnnl primitive cache: a repeated shape is a hit, the size stays bounded") {
+  const Tensor a = random_tensor({2, 70, 71}, DType::float32, 1);
+  const Tensor b = random_tensor({2, 71, 72}, DType::float32, 2);
+  Tensor out = empty_of({2, 70, 72}, DType::float32);
+  cpu().matmul(a, b, out);
+  const auto before = cpu::dnnl_cache_stats();
+  cpu().matmul(a, b, out);
+  const auto after = cpu::dnnl_cache_stats();
+  CHECK(after.hits == before.hits + 1);
+  CHECK(after.misses == before.misses);
+  CHECK(after.size <= after.capacity);
+  CHECK(after.capacity == cpu::dnnl_cache_capacity());
+}
+
+// ============================== softmax ==============================
+
+std::vector<double> softmax_reference(const Tensor& x, bool log) {
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  std::vector<double> out(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (std::int64_t c = 0; c < cols; ++c) m = std::max(m, at(x, {r, c}));
+    double s = 0;
+    for (std::int64_t c = 0; c < cols; ++c) s += std::exp(at(x, {r, c}) - m);
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const double v = at(x, {r, c}) - m;
+      out[static_cast<std::size_t>(r * cols + c)] = log ? v - std::log(s) : std::exp(v) / s;
+    }
+  }
+  return out;
+}
+
+TEST_CASE("softmax and log_softmax: forward and backward against double loops") {
+  const Shape shapes[] = {{64, 10}, {3, 1}, {5, 1000}, {129, 65}, {40, 1024}};
+  for (DType dtype : {DType::float32, DType::float64}) {
+    for (const Shape& shape : shapes) {
+      for (bool log : {false, true}) {
+        CAPTURE(dtype);
+        CAPTURE(shape_str(shape));
+        CAPTURE(log);
+        // Logits in [-30, 90]: exp(90) overflows float unless the row max is subtracted first.
+        const Tensor x = make(random_values(shape_numel(shape), 11, -30, 90), shape, dtype);
+        Tensor y = empty_of(shape, dtype);
+        cpu().softmax(x, log, y);
+        const std::vector<double> want = softmax_reference(x, log);
+        check_close(values(y), want, dtype == DType::float64 ? 1e-12 : 1e-5);
+
+        // dx from the reference y and a random upstream gradient.
+        const Tensor g = random_tensor(shape, dtype, 12);
+        Tensor dx = empty_of(shape, dtype);
+        cpu().softmax_backward(y, g, log, dx);
+        const std::int64_t rows = shape[0], cols = shape[1];
+        std::vector<double> dwant(want.size());
+        for (std::int64_t r = 0; r < rows; ++r) {
+          double dot = 0;
+          for (std::int64_t c = 0; c < cols; ++c) {
+            const auto i = static_cast<std::size_t>(r * cols + c);
+            dot += log ? at(g, {r, c}) : at(g, {r, c}) * want[i];
+          }
+          for (std::int64_t c = 0; c < cols; ++c) {
+            const auto i = static_cast<std::size_t>(r * cols + c);
+            dwant[i] =
+                log ? at(g, {r, c}) - std::exp(want[i]) * dot : want[i] * (at(g, {r, c}) - dot);
+          }
+        }
+        check_close(values(dx), dwant, dtype == DType::float64 ? 1e-12 : 2e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("softmax: masked (-inf) logits get exactly zero probability") {
+  for (DType dtype : {DType::float32, DType::float64}) {
+    const double inf = std::numeric_limits<double>::infinity();
+    const Tensor x = make({1.0, -inf, 2.0, -inf, -100.0, 0.5, 0.5, 0.5}, {2, 4}, dtype);
+    Tensor y = empty_of({2, 4}, dtype);
+    cpu().softmax(x, false, y);
+    const auto v = values(y);
+    CHECK(v[1] == 0.0);
+    CHECK(v[3] == 0.0);
+    CHECK(v[0] + v[2] == doctest::Approx(1.0));
+    CHECK(v[4] < 1e-40);  // exp(-100.5) underflows float, which must give 0, not garbage
+    CHECK(v[5] == doctest::Approx(1.0 / 3));
+    cpu().softmax(x, true, y);
+    CHECK(std::isinf(values(y)[1]));
+  }
+}
+
+TEST_CASE("softmax: bad input throws Error") {
+  const Tensor x = random_tensor({4, 6}, DType::float32, 1);
+  CHECK_THROWS_AS(cpu().softmax(x, false, empty_of({4, 5}, DType::float32)), Error);
+  CHECK_THROWS_AS(cpu().softmax(x, false, empty_of({4, 6}, DType::float64)), Error);
+  CHECK_THROWS_AS(
+      cpu().softmax(raw::as_strided(x, {6, 4}, {1, 6}, 0), false, empty_of({6, 4}, DType::float32)),
+      Error);  // a transposed view is not a contiguous [R, C]
+  CHECK_THROWS_AS(cpu().softmax(random_tensor({2, 3, 4}, DType::float32, 1), false,
+                                empty_of({2, 3, 4}, DType::float32)),
+                  Error);
+  CHECK_THROWS_AS(cpu().softmax_backward(x, random_tensor({4, 5}, DType::float32, 2), true,
+                                         empty_of({4, 6}, DType::float32)),
+                  Error);
+}
+
+// ============================== layer_norm ==============================
+
+struct LayerNormReference {
+  std::vector<double> y, mean, rstd, dx, dw, db;
+};
+
+LayerNormReference layer_norm_reference(const Tensor& x, const Tensor& w, const Tensor& b,
+                                        const Tensor& g, double eps) {
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  LayerNormReference ref;
+  ref.y.resize(static_cast<std::size_t>(rows * cols));
+  ref.dx.resize(ref.y.size());
+  ref.dw.assign(static_cast<std::size_t>(cols), 0.0);
+  ref.db.assign(static_cast<std::size_t>(cols), 0.0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (std::int64_t c = 0; c < cols; ++c) mean += at(x, {r, c});
+    mean /= static_cast<double>(cols);
+    for (std::int64_t c = 0; c < cols; ++c) var += std::pow(at(x, {r, c}) - mean, 2);
+    const double rstd = 1.0 / std::sqrt(var / static_cast<double>(cols) + eps);
+    ref.mean.push_back(mean);
+    ref.rstd.push_back(rstd);
+    double sum_gy = 0, sum_gy_xhat = 0;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const double xhat = (at(x, {r, c}) - mean) * rstd;
+      const double wc = w.defined() ? at(w, {c}) : 1.0;
+      ref.y[static_cast<std::size_t>(r * cols + c)] = xhat * wc + (b.defined() ? at(b, {c}) : 0.0);
+      sum_gy += at(g, {r, c}) * wc;
+      sum_gy_xhat += at(g, {r, c}) * wc * xhat;
+      ref.dw[static_cast<std::size_t>(c)] += at(g, {r, c}) * xhat;
+      ref.db[static_cast<std::size_t>(c)] += at(g, {r, c});
+    }
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const double xhat = (at(x, {r, c}) - mean) * rstd;
+      const double gy = at(g, {r, c}) * (w.defined() ? at(w, {c}) : 1.0);
+      ref.dx[static_cast<std::size_t>(r * cols + c)] =
+          rstd * (gy - sum_gy / static_cast<double>(cols) -
+                  xhat * sum_gy_xhat / static_cast<double>(cols));
+    }
+  }
+  return ref;
+}
+
+TEST_CASE("layer_norm: forward and backward, with and without weight and bias") {
+  const Shape shapes[] = {{7, 33}, {1, 1}, {64, 768}, {300, 5}};
+  for (DType dtype : {DType::float32, DType::float64}) {
+    for (const Shape& shape : shapes) {
+      for (int affine = 0; affine < 4; ++affine) {
+        const bool has_w = (affine & 1) != 0, has_b = (affine & 2) != 0;
+        CAPTURE(dtype);
+        CAPTURE(shape_str(shape));
+        CAPTURE(has_w);
+        CAPTURE(has_b);
+        const std::int64_t rows = shape[0], cols = shape[1];
+        // A mean far from 0 relative to the spread: sum(x^2) - C mean^2 would cancel badly.
+        const Tensor x = make(random_values(rows * cols, 21, 99.0, 101.0), shape, dtype);
+        const Tensor w = has_w ? random_tensor({cols}, dtype, 22) : Tensor();
+        const Tensor b = has_b ? random_tensor({cols}, dtype, 23) : Tensor();
+        const Tensor g = random_tensor(shape, dtype, 24);
+        const double eps = 1e-5;
+        Tensor y = empty_of(shape, dtype), mean = empty_of({rows}, dtype),
+               rstd = empty_of({rows}, dtype);
+        cpu().layer_norm(x, w, b, eps, y, mean, rstd);
+        const LayerNormReference ref = layer_norm_reference(x, w, b, g, eps);
+        // float32 loses about 7 digits of the offset 100 before normalizing: 1e-4 relative.
+        const double tol = dtype == DType::float64 ? 1e-10 : 2e-4;
+        check_close(values(y), ref.y, tol);
+        check_close(values(mean), ref.mean, tol);
+        check_close(values(rstd), ref.rstd, tol);
+
+        Tensor dx = empty_of(shape, dtype);
+        Tensor dw = has_w ? empty_of({cols}, dtype) : Tensor();
+        Tensor db = has_b ? empty_of({cols}, dtype) : Tensor();
+        cpu().layer_norm_backward(g, x, w, mean, rstd, dx, dw, db);
+        check_close(values(dx), ref.dx, tol);
+        if (has_w) check_close(values(dw), ref.dw, tol);
+        if (has_b) check_close(values(db), ref.db, tol);
+      }
+    }
+  }
+}
+
+TEST_CASE("layer_norm_backward: only the wanted gradients are written") {
+  for (DType dtype : {DType::float32, DType::float64}) {
+    const Shape shape = {300, 129};  // large enough to split the rows over threads
+    const Tensor x = random_tensor(shape, dtype, 31), w = random_tensor({129}, dtype, 32);
+    const Tensor g = random_tensor(shape, dtype, 33);
+    Tensor y = empty_of(shape, dtype), mean = empty_of({300}, dtype), rstd = empty_of({300}, dtype);
+    cpu().layer_norm(x, w, Tensor(), 1e-5, y, mean, rstd);
+    const LayerNormReference ref = layer_norm_reference(x, w, Tensor(), g, 1e-5);
+    const double tol = dtype == DType::float64 ? 1e-10 : 1e-4;
+    // Weight and bias gradients without grad_x.
+    Tensor dw = empty_of({129}, dtype), db = empty_of({129}, dtype);
+    cpu().layer_norm_backward(g, x, w, mean, rstd, Tensor(), dw, db);
+    check_close(values(dw), ref.dw, tol);
+    check_close(values(db), ref.db, tol);
+    // grad_x alone.
+    Tensor dx = empty_of(shape, dtype);
+    cpu().layer_norm_backward(g, x, w, mean, rstd, dx, Tensor(), Tensor());
+    check_close(values(dx), ref.dx, tol);
+  }
+}
+
+TEST_CASE("layer_norm: bad input throws Error") {
+  const Tensor x = random_tensor({4, 6}, DType::float32, 1);
+  Tensor y = empty_of({4, 6}, DType::float32), m = empty_of({4}, DType::float32),
+         r = empty_of({4}, DType::float32);
+  CHECK_THROWS_AS(
+      cpu().layer_norm(x, random_tensor({5}, DType::float32, 2), Tensor(), 1e-5, y, m, r), Error);
+  CHECK_THROWS_AS(
+      cpu().layer_norm(x, Tensor(), Tensor(), 1e-5, y, empty_of({3}, DType::float32), r), Error);
+  CHECK_THROWS_AS(cpu().layer_norm(raw::as_strided(x, {6, 4}, {1, 6}, 0), Tensor(), Tensor(), 1e-5,
+                                   empty_of({6, 4}, DType::float32), empty_of({6}, DType::float32),
+                                   empty_of({6}, DType::float32)),
+                  Error);
+  CHECK_THROWS_AS(cpu().layer_norm(x, Tensor(), Tensor(), -1.0, y, m, r), Error);
+  CHECK_THROWS_AS(cpu().layer_norm_backward(random_tensor({4, 5}, DType::float32, 3), x, Tensor(),
+                                            m, r, y, Tensor(), Tensor()),
+                  Error);
+}
+
+// ============================== conv1d ==============================
+
+struct ConvCase {
+  std::int64_t batch, c_in, length, c_out, kernel, stride, padding;
+  std::int64_t out_length() const { return (length + 2 * padding - kernel) / stride + 1; }
+};
+
+// The input element feeding output position t through tap k, or -1 in the padding.
+std::int64_t input_index(const ConvCase& s, std::int64_t t, std::int64_t k) {
+  const std::int64_t i = t * s.stride - s.padding + k;
+  return i >= 0 && i < s.length ? i : -1;
+}
+
+TEST_CASE("conv1d: forward and backward with stride and padding") {
+  const ConvCase cases[] = {{2, 3, 17, 4, 3, 1, 0},
+                            {2, 3, 17, 4, 3, 2, 1},
+                            {1, 5, 9, 2, 4, 3, 2},
+                            {3, 1, 8, 1, 1, 1, 0},
+                            {2, 4, 16, 8, 5, 1, 2}};
+  for (DType dtype : {DType::float32, DType::float64}) {
+    for (const ConvCase& s : cases) {
+      for (bool with_bias : {false, true}) {
+        CAPTURE(dtype);
+        CAPTURE(s.length);
+        CAPTURE(s.kernel);
+        CAPTURE(s.stride);
+        CAPTURE(s.padding);
+        CAPTURE(with_bias);
+        const std::int64_t lo = s.out_length();
+        const Tensor x = random_tensor({s.batch, s.c_in, s.length}, dtype, 41);
+        const Tensor w = random_tensor({s.c_out, s.c_in, s.kernel}, dtype, 42);
+        const Tensor bias = with_bias ? random_tensor({s.c_out}, dtype, 43) : Tensor();
+        const Tensor g = random_tensor({s.batch, s.c_out, lo}, dtype, 44);
+        Tensor out = empty_of({s.batch, s.c_out, lo}, dtype);
+        cpu().conv1d(x, w, bias, s.stride, s.padding, out);
+
+        std::vector<double> want(static_cast<std::size_t>(s.batch * s.c_out * lo), 0.0);
+        std::vector<double> gx(static_cast<std::size_t>(x.numel()), 0.0);
+        std::vector<double> gw(static_cast<std::size_t>(w.numel()), 0.0);
+        std::vector<double> gb(static_cast<std::size_t>(s.c_out), 0.0);
+        for (std::int64_t b = 0; b < s.batch; ++b) {
+          for (std::int64_t o = 0; o < s.c_out; ++o) {
+            for (std::int64_t t = 0; t < lo; ++t) {
+              const double gv = at(g, {b, o, t});
+              double acc = with_bias ? at(bias, {o}) : 0.0;
+              gb[static_cast<std::size_t>(o)] += gv;
+              for (std::int64_t c = 0; c < s.c_in; ++c) {
+                for (std::int64_t k = 0; k < s.kernel; ++k) {
+                  const std::int64_t i = input_index(s, t, k);
+                  if (i < 0) continue;
+                  acc += at(w, {o, c, k}) * at(x, {b, c, i});
+                  gx[static_cast<std::size_t>((b * s.c_in + c) * s.length + i)] +=
+                      gv * at(w, {o, c, k});
+                  gw[static_cast<std::size_t>((o * s.c_in + c) * s.kernel + k)] +=
+                      gv * at(x, {b, c, i});
+                }
+              }
+              want[static_cast<std::size_t>((b * s.c_out + o) * lo + t)] = acc;
+            }
+          }
+        }
+        const double tol = tolerance(dtype);
+        check_close(values(out), want, tol);
+
+        Tensor dx = empty_of(x.shape(), dtype), dw = empty_of(w.shape(), dtype),
+               db = empty_of({s.c_out}, dtype);
+        cpu().conv1d_backward(g, x, w, s.stride, s.padding, dx, dw, with_bias ? db : Tensor());
+        check_close(values(dx), gx, tol);
+        check_close(values(dw), gw, tol);
+        if (with_bias) check_close(values(db), gb, tol);
+        // Each gradient alone.
+        Tensor dx2 = empty_of(x.shape(), dtype), dw2 = empty_of(w.shape(), dtype),
+               db2 = empty_of({s.c_out}, dtype);
+        cpu().conv1d_backward(g, x, w, s.stride, s.padding, dx2, Tensor(), Tensor());
+        check_close(values(dx2), gx, tol);
+        cpu().conv1d_backward(g, x, w, s.stride, s.padding, Tensor(), dw2, Tensor());
+        check_close(values(dw2), gw, tol);
+        cpu().conv1d_backward(g, x, w, s.stride, s.padding, Tensor(), Tensor(), db2);
+        check_close(values(db2), gb, tol);
+      }
+    }
+  }
+}
+
+TEST_CASE("conv1d: bad input throws Error") {
+  const Tensor x = random_tensor({2, 3, 10}, DType::float32, 1);
+  const Tensor w = random_tensor({4, 3, 3}, DType::float32, 2);
+  Tensor out = empty_of({2, 4, 8}, DType::float32);
+  CHECK_THROWS_AS(cpu().conv1d(x, random_tensor({4, 2, 3}, DType::float32, 3), Tensor(), 1, 0, out),
+                  Error);                                            // channel mismatch
+  CHECK_THROWS_AS(cpu().conv1d(x, w, Tensor(), 0, 0, out), Error);   // stride 0
+  CHECK_THROWS_AS(cpu().conv1d(x, w, Tensor(), 1, -1, out), Error);  // negative padding
+  CHECK_THROWS_AS(cpu().conv1d(x, w, Tensor(), 1, 0, empty_of({2, 4, 9}, DType::float32)),
+                  Error);  // wrong Lout
+  CHECK_THROWS_AS(cpu().conv1d(x, random_tensor({4, 3, 11}, DType::float32, 4), Tensor(), 1, 0,
+                               empty_of({2, 4, 0}, DType::float32)),
+                  Error);  // kernel longer than the input
+  CHECK_THROWS_AS(cpu().conv1d(x, w, random_tensor({5}, DType::float32, 5), 1, 0, out), Error);
+  CHECK_THROWS_AS(cpu().conv1d_backward(random_tensor({2, 4, 7}, DType::float32, 6), x, w, 1, 0,
+                                        empty_of(x.shape(), DType::float32), Tensor(), Tensor()),
+                  Error);
+}
+
+// ============================== pool1d ==============================
+
+TEST_CASE("pool1d: average and max, forward and backward") {
+  struct Case {
+    std::int64_t kernel, stride;
+  };
+  const Case cases[] = {{2, 2}, {3, 1}, {4, 3}, {1, 1}, {17, 1}};
+  for (DType dtype : {DType::float32, DType::float64}) {
+    for (const Case& pc : cases) {
+      for (PoolKind kind : {PoolKind::average, PoolKind::max}) {
+        CAPTURE(dtype);
+        CAPTURE(pc.kernel);
+        CAPTURE(pc.stride);
+        CAPTURE(kind == PoolKind::max);
+        const std::int64_t batch = 2, ch = 3, len = 17, lo = (len - pc.kernel) / pc.stride + 1;
+        const Tensor x = random_tensor({batch, ch, len}, dtype, 51);
+        const Tensor g = random_tensor({batch, ch, lo}, dtype, 52);
+        Tensor out = empty_of({batch, ch, lo}, dtype), gx = empty_of(x.shape(), dtype);
+        cpu().pool1d(kind, x, pc.kernel, pc.stride, out);
+        cpu().pool1d_backward(kind, g, x, pc.kernel, pc.stride, gx);
+        std::vector<double> want, gwant(static_cast<std::size_t>(x.numel()), 0.0);
+        for (std::int64_t b = 0; b < batch; ++b) {
+          for (std::int64_t c = 0; c < ch; ++c) {
+            for (std::int64_t t = 0; t < lo; ++t) {
+              double best = at(x, {b, c, t * pc.stride}), sum = 0;
+              std::int64_t arg = 0;
+              for (std::int64_t k = 0; k < pc.kernel; ++k) {
+                const double v = at(x, {b, c, t * pc.stride + k});
+                sum += v;
+                if (v > best) best = v, arg = k;
+              }
+              want.push_back(kind == PoolKind::max ? best : sum / static_cast<double>(pc.kernel));
+              const double gv = at(g, {b, c, t});
+              const std::int64_t base = (b * ch + c) * len + t * pc.stride;
+              for (std::int64_t k = 0; k < pc.kernel; ++k) {
+                if (kind == PoolKind::average) {
+                  gwant[static_cast<std::size_t>(base + k)] += gv / static_cast<double>(pc.kernel);
+                } else if (k == arg) {
+                  gwant[static_cast<std::size_t>(base + k)] += gv;
+                }
+              }
+            }
+          }
+        }
+        check_close(values(out), want, tolerance(dtype));
+        check_close(values(gx), gwant, tolerance(dtype));
+      }
+    }
+  }
+}
+
+TEST_CASE("max_pool1d: the first of tied maxima takes the gradient") {
+  for (DType dtype : {DType::float32, DType::float64}) {
+    const Tensor x = make({1, 3, 3, 0, 2, 2}, {1, 1, 6}, dtype);
+    const Tensor g = make({10, 20}, {1, 1, 2}, dtype);
+    Tensor out = empty_of({1, 1, 2}, dtype), gx = empty_of({1, 1, 6}, dtype);
+    cpu().pool1d(PoolKind::max, x, 3, 3, out);
+    CHECK(values(out) == std::vector<double>{3, 2});
+    cpu().pool1d_backward(PoolKind::max, g, x, 3, 3, gx);
+    CHECK(values(gx) == std::vector<double>{0, 10, 0, 0, 20, 0});
+  }
+}
+
+TEST_CASE("pool1d: bad input throws Error") {
+  const Tensor x = random_tensor({2, 3, 10}, DType::float32, 1);
+  CHECK_THROWS_AS(cpu().pool1d(PoolKind::max, x, 11, 1, empty_of({2, 3, 0}, DType::float32)),
+                  Error);
+  CHECK_THROWS_AS(cpu().pool1d(PoolKind::average, x, 2, 0, empty_of({2, 3, 5}, DType::float32)),
+                  Error);
+  CHECK_THROWS_AS(cpu().pool1d(PoolKind::average, x, 2, 2, empty_of({2, 3, 4}, DType::float32)),
+                  Error);
+  CHECK_THROWS_AS(cpu().pool1d_backward(PoolKind::max, empty_of({2, 3, 5}, DType::float64), x, 2, 2,
+                                        empty_of({2, 3, 10}, DType::float32)),
+                  Error);
+}
+
+}  // namespace

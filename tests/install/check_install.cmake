@@ -1,0 +1,84 @@
+# The install test: installs the build tree to a fresh prefix, then configures, builds and runs
+# examples/cmake_project against it, the way an outside project would use the package.
+#
+#   cmake -DBUILD_DIR=... -DPROJECT_DIR=... -DWORK_DIR=... [-DCXX=...] [-DBUILD_TYPE=...]
+#         [-DGENERATOR=...] -P check_install.cmake
+foreach(var BUILD_DIR PROJECT_DIR WORK_DIR)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "check_install: pass -D${var}=...")
+  endif()
+endforeach()
+if(NOT BUILD_TYPE)
+  set(BUILD_TYPE Release)
+endif()
+
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "check_install: ${what} failed (${rc}):\n${out}")
+  endif()
+  message(STATUS "check_install: ${what}: ok")
+  set(last_output "${out}" PARENT_SCOPE)
+endfunction()
+
+set(prefix ${WORK_DIR}/prefix)
+set(consumer ${WORK_DIR}/consumer)
+file(REMOVE_RECURSE ${WORK_DIR})
+
+run("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix}
+    --config ${BUILD_TYPE})
+
+# What the package promises: the umbrella header with the headers it includes, the library
+# and the package config.
+file(GLOB_RECURSE config_files ${prefix}/*/tinyformerConfig.cmake)
+file(GLOB_RECURSE libraries ${prefix}/*/libtinyformer.*)
+foreach(header tinyformer.h core/tensor.h core/ops.def autograd/ops.h)
+  if(NOT EXISTS ${prefix}/include/tinyformer/${header})
+    message(FATAL_ERROR "check_install: ${prefix}/include/tinyformer/${header} was not installed")
+  endif()
+endforeach()
+if(NOT config_files OR NOT libraries)
+  message(FATAL_ERROR "check_install: no tinyformerConfig.cmake or libtinyformer under ${prefix}")
+endif()
+
+set(generator_args)
+if(GENERATOR)
+  set(generator_args -G ${GENERATOR})
+endif()
+set(compiler_args)
+if(CXX)
+  set(compiler_args -DCMAKE_CXX_COMPILER=${CXX})
+endif()
+run("configure examples/cmake_project" ${CMAKE_COMMAND} ${generator_args} -S ${PROJECT_DIR}
+    -B ${consumer} -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
+    ${compiler_args})
+
+# The package must come from the fresh prefix, not from anywhere else on the machine.
+file(STRINGS ${consumer}/CMakeCache.txt found_dir REGEX "^tinyformer_DIR:")
+string(FIND "${found_dir}" "${prefix}" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "check_install: find_package found ${found_dir}, not the package in ${prefix}")
+endif()
+
+run("build examples/cmake_project" ${CMAKE_COMMAND} --build ${consumer} --config ${BUILD_TYPE})
+
+find_program(program gradient_check PATHS ${consumer} ${consumer}/${BUILD_TYPE} NO_DEFAULT_PATH)
+if(NOT program)
+  message(FATAL_ERROR "check_install: the build produced no gradient_check")
+endif()
+run("run gradient_check" ${program})
+message(STATUS "${last_output}")
+
+# The threading policy holds for installed programs too: OpenBLAS must resolve to its OpenMP
+# build (see INSTALL_RPATH_USE_LINK_PATH in cmake/Install.cmake).
+find_program(ldd ldd)
+if(ldd)
+  execute_process(COMMAND ${ldd} ${program} OUTPUT_VARIABLE linked ERROR_QUIET)
+  if(linked MATCHES "libopenblas[^\n]*=> ([^ \n]+)")
+    set(openblas "${CMAKE_MATCH_1}")
+    if(NOT openblas MATCHES "openmp")
+      message(FATAL_ERROR "check_install: OpenBLAS resolves to ${openblas}, not its OpenMP build")
+    endif()
+    message(STATUS "check_install: OpenBLAS resolves to ${openblas}")
+  endif()
+endif()

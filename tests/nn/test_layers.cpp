@@ -1,0 +1,86 @@
+// Layers: shapes, PyTorch-style initialisation bounds, and double-precision gradient checks.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "nn/gradcheck_module.h"
+
+using namespace tinyformer;
+using test::gradcheck_module;
+using test::randn64;
+
+TEST_CASE("Linear: shape, init bounds, gradients") {
+  nn::Linear fc(16, 8);
+  const double bound = 1.0 / std::sqrt(16.0);
+  for (float w : fc.weight.to_vector<float>()) CHECK(std::abs(w) <= bound + 1e-7);
+  for (float b : fc.bias.to_vector<float>()) CHECK(std::abs(b) <= bound + 1e-7);
+  CHECK(fc.forward(randn({2, 3, 16})).shape() == Shape{2, 3, 8});
+  CHECK_THROWS_WITH_AS(fc.forward(randn({2, 15})), doctest::Contains("Linear: expected input [..., 16]"), Error);
+
+  nn::Linear small(3, 2);
+  CHECK(gradcheck_module(small, randn64({2, 4, 3}), [&](const Tensor& x) { return small.forward(x); }));
+  nn::Linear no_bias(3, 2, false);
+  CHECK(no_bias.parameters().size() == 1);
+  CHECK(gradcheck_module(no_bias, randn64({5, 3}), [&](const Tensor& x) { return no_bias.forward(x); }));
+}
+
+TEST_CASE("LayerNorm, FeedForward, Embedding, position encodings: gradients") {
+  nn::LayerNorm ln(5);
+  CHECK(gradcheck_module(ln, randn64({3, 5}), [&](const Tensor& x) { return ln.forward(x); }));
+
+  nn::FeedForward ff(4, 6, nn::Activation::gelu);
+  CHECK(gradcheck_module(ff, randn64({2, 3, 4}), [&](const Tensor& x) { return ff.forward(x); }));
+  nn::FeedForward ff_relu(3, 5, nn::Activation::relu);
+  CHECK(gradcheck_module(ff_relu, randn64({4, 3}), [&](const Tensor& x) { return ff_relu.forward(x); }));
+
+  nn::Embedding emb(7, 3);
+  Tensor ids = from<std::int64_t>({1, 4, 4, 6, 0}, {5});
+  CHECK(gradcheck_module(emb, Tensor(), [&](const Tensor&) { return emb.forward(ids); }));
+  CHECK(emb.forward(from<std::int64_t>({1, 2, 3, 4}, {2, 2})).shape() == Shape{2, 2, 3});
+  CHECK_THROWS_AS(emb.forward(from<std::int64_t>({7}, {1})), Error);
+
+  nn::LearnedPositionalEncoding pos(6, 3);
+  CHECK(gradcheck_module(pos, randn64({2, 4, 3}), [&](const Tensor& x) { return pos.forward(x); }));
+  CHECK_THROWS_WITH_AS(pos.forward(randn({1, 7, 3})), doctest::Contains("max_len"), Error);
+}
+
+TEST_CASE("Sinusoidal position encoding values") {
+  nn::SinusoidalPositionalEncoding pe(10, 4);
+  Tensor out = pe.forward(zeros({1, 10, 4}));
+  auto v = out.to_vector<float>();
+  // position 3, dims 0..3: sin(3), cos(3), sin(3 / 100), cos(3 / 100)
+  CHECK(v[12] == doctest::Approx(std::sin(3.0)).epsilon(1e-6));
+  CHECK(v[13] == doctest::Approx(std::cos(3.0)).epsilon(1e-6));
+  CHECK(v[14] == doctest::Approx(std::sin(0.03)).epsilon(1e-6));
+  CHECK(v[15] == doctest::Approx(std::cos(0.03)).epsilon(1e-6));
+  CHECK(pe.parameters().empty());
+  CHECK(pe.named_buffers().size() == 1);
+}
+
+TEST_CASE("Conv1d and pooling layers: shapes and gradients") {
+  nn::Conv1d conv(2, 3, 3, 2, 1);
+  CHECK(conv.forward(randn({2, 2, 9})).shape() == Shape{2, 3, 5});
+  CHECK(gradcheck_module(conv, randn64({2, 2, 7}), [&](const Tensor& x) { return conv.forward(x); }));
+  nn::AvgPool1d avg(2);
+  nn::MaxPool1d mx(3, 2);
+  CHECK(avg.forward(randn({1, 2, 7})).shape() == Shape{1, 2, 3});
+  CHECK(mx.forward(randn({1, 2, 7})).shape() == Shape{1, 2, 3});
+  CHECK(gradcheck([&](const std::vector<Tensor>& in) { return avg.forward(in[0]); }, {randn64({1, 2, 6})}));
+}
+
+TEST_CASE("Dropout: identity in eval, scaled mask in training") {
+  nn::Dropout drop(0.5);
+  Tensor x = ones({1000});
+  drop.eval();
+  CHECK(drop.forward(x).to_vector<float>() == x.to_vector<float>());
+  drop.train();
+  auto v = drop.forward(x).to_vector<float>();
+  int zeros_seen = 0;
+  for (float e : v) {
+    CHECK((e == 0.0f || e == 2.0f));
+    zeros_seen += e == 0.0f;
+  }
+  CHECK(zeros_seen > 400);
+  CHECK(zeros_seen < 600);
+  CHECK_THROWS_AS(nn::Dropout(1.0), Error);
+}
