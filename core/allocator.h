@@ -31,6 +31,9 @@ class Allocator {
 };
 
 MemoryStats memory_stats(Device device = Device::cpu());
+// Waits until all work queued on `device` has finished (a no-op on the CPU). Reading a tensor
+// (item, to_vector, printing) synchronises by itself; timing code calls this explicitly.
+void synchronize(Device device = Device::cpu());
 void reset_peak_memory(Device device = Device::cpu());
 void empty_cache(Device device = Device::cpu());
 

@@ -20,6 +20,8 @@ Backend& backend(Device device) {
   return cuda_backend();
 }
 
+void synchronize(Device device) { backend(device).synchronize(); }
+
 MemoryStats memory_stats(Device device) {
   return backend(device).allocator().stats();
 }

@@ -51,6 +51,7 @@ const std::shared_ptr<Storage>& Tensor::storage() const {
 
 bool Tensor::is_contiguous() const {
   const Shape& s = shape();
+  if (shape_numel(s) == 0) return true;  // no element to misplace, as in PyTorch
   std::int64_t expected = 1;
   for (std::size_t i = s.size(); i-- > 0;) {
     if (s[i] == 1) continue;

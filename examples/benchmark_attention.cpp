@@ -53,7 +53,7 @@ double now_ms() {
 // device's allocator saw above the bytes held before the call.
 Measurement measure(nn::TransformerEncoder& encoder, const Tensor& x, int reps, bool train) {
   Measurement m;
-  backend(x.device()).synchronize();
+  synchronize(x.device());
   std::vector<double> times;
   for (int r = 0; r < reps + 1; ++r) {
     const auto base = memory_stats(x.device()).current_bytes;
@@ -62,7 +62,7 @@ Measurement measure(nn::TransformerEncoder& encoder, const Tensor& x, int reps, 
     {
       NoGradGuard no_grad;
       Tensor y = encoder.forward(x);
-      backend(x.device()).synchronize();
+      synchronize(x.device());
     }
     const double t1 = now_ms();
     if (r > 0) times.push_back(t1 - t0);  // the first run warms caches and primitives
@@ -77,7 +77,7 @@ Measurement measure(nn::TransformerEncoder& encoder, const Tensor& x, int reps, 
     reset_peak_memory(x.device());
     const double t0 = now_ms();
     sum(encoder.forward(x)).backward();
-    backend(x.device()).synchronize();
+    synchronize(x.device());
     const double t1 = now_ms();
     if (r > 0) times.push_back(t1 - t0);
     m.train_peak_mb = static_cast<double>(memory_stats(x.device()).peak_bytes - base) / 1e6;

@@ -1,10 +1,12 @@
 // Times tinyformer's CPU kernels against the best raw library call for the same work, measured
 // in the same run: cblas_sgemm and oneDNN matmul for products, oneDNN primitives for softmax,
 // layer norm and the elementwise ops. Prints the runtime (OpenBLAS core, oneDNN ISA, threads),
-// then per op: the median time of ours and of each reference, GFLOP/s or GB/s, and ours as a
-// fraction of the best raw speed (best raw time / our time; 1.00 means as fast).
+// then per op: the median time of ours (the backend's kernel, and the public op where there is
+// one) and of each reference, GFLOP/s or GB/s, and ours as a fraction of the best raw speed
+// (best raw time / our time; 1.00 means as fast), by medians and, less sensitive to other
+// processes on the machine, by the fastest runs.
 //
-//   benchmark_ops            # the full table, about a minute on 2 cores
+//   benchmark_ops            # the full table, a few minutes on 2 cores
 //   benchmark_ops --quick    # fewer repetitions
 //
 // Unlike the other examples it calls the libraries directly (for the references) and the
@@ -37,18 +39,27 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The median seconds of `g_reps` runs of each function, after two warm-up runs of each (which
-// also create and cache primitives and touch every page). The functions take turns, one run
-// each per round, so that a change in machine load hits all of them alike; zero for an empty one.
-std::vector<double> time_medians(const std::vector<std::function<void()>>& fs) {
+// Median and fastest seconds of one function's runs.
+struct Stat {
+  double median = 0, min = 0;
+};
+
+// Times each function: two warm-up runs of each (which also create and cache primitives and
+// touch every page), then at least `g_reps` timed runs, more for fast ones (about half a
+// second's worth, up to 60). The functions take turns, one run each per round, so that a change
+// in machine load hits all of them alike. An empty function gets zeros.
+std::vector<Stat> time_all(const std::vector<std::function<void()>>& fs) {
+  double round = 0;
   for (const auto& f : fs) {
-    if (f) {
-      f();
-      f();
-    }
+    if (!f) continue;
+    f();
+    const double start = now_s();
+    f();
+    round += now_s() - start;
   }
+  const int reps = std::clamp(static_cast<int>(0.5 / std::max(round, 1e-9)), g_reps, 60);
   std::vector<std::vector<double>> t(fs.size());
-  for (int rep = 0; rep < g_reps; ++rep) {
+  for (int rep = 0; rep < reps; ++rep) {
     for (std::size_t i = 0; i < fs.size(); ++i) {
       if (!fs[i]) continue;
       const double start = now_s();
@@ -56,12 +67,12 @@ std::vector<double> time_medians(const std::vector<std::function<void()>>& fs) {
       t[i].push_back(now_s() - start);
     }
   }
-  std::vector<double> medians;
+  std::vector<Stat> stats;
   for (auto& v : t) {
     std::sort(v.begin(), v.end());
-    medians.push_back(v.empty() ? 0.0 : v[v.size() / 2]);
+    stats.push_back(v.empty() ? Stat{} : Stat{v[v.size() / 2], v.front()});
   }
-  return medians;
+  return stats;
 }
 
 Backend& cpu() {
@@ -109,36 +120,33 @@ struct Row {
   std::function<void()> ours, ours_public, blas, dnnl;
 };
 
-struct Times {
-  double ours = 0, ours_public = 0, blas = 0, dnnl = 0;
-};
-
 void print_header() {
-  std::printf("\n%-22s %-26s %10s %10s %10s %10s %9s %9s %7s\n", "op", "shape", "ours ms",
-              "public ms", "cblas ms", "oneDNN ms", "ours", "best raw", "vs raw");
+  std::printf("\n%-20s %-25s %9s %9s %9s %9s %9s %9s %7s %7s\n", "op", "shape", "ours ms",
+              "public ms", "cblas ms", "oneDNN ms", "ours", "best raw", "vs raw", "(min)");
 }
 
 void print_row(const Row& r) {
-  const auto m = time_medians({r.ours, r.ours_public, r.blas, r.dnnl});
-  const Times t{m[0], m[1], m[2], m[3]};
+  const auto t = time_all({r.ours, r.ours_public, r.blas, r.dnnl});
   auto ms = [](double s) {
     char buf[32];
     if (s > 0) {
-      std::snprintf(buf, sizeof buf, "%10.3f", s * 1e3);
+      std::snprintf(buf, sizeof buf, "%9.3f", s * 1e3);
     } else {
-      std::snprintf(buf, sizeof buf, "%10s", "-");
+      std::snprintf(buf, sizeof buf, "%9s", "-");
     }
     return std::string(buf);
   };
-  double best = 0;
-  for (double raw : {t.blas, t.dnnl}) {
-    if (raw > 0 && (best == 0 || raw < best)) best = raw;
+  // The best raw call, by median and by fastest run.
+  Stat best;
+  for (const Stat& raw : {t[2], t[3]}) {
+    if (raw.median > 0 && (best.median == 0 || raw.median < best.median)) best.median = raw.median;
+    if (raw.min > 0 && (best.min == 0 || raw.min < best.min)) best.min = raw.min;
   }
   const char* unit = r.unit == "GFLOP/s" ? "GF" : "GB";  // per second, 1e9 either way
-  std::printf("%-22s %-26s %s %s %s %s %6.1f %-2s %6.1f %-2s %6.2f\n", r.op.c_str(),
-              r.shape.c_str(), ms(t.ours).c_str(), ms(t.ours_public).c_str(), ms(t.blas).c_str(),
-              ms(t.dnnl).c_str(), r.work / t.ours / 1e9, unit, r.work / best / 1e9, unit,
-              best / t.ours);
+  std::printf("%-20s %-25s %s %s %s %s %6.1f %-2s %6.1f %-2s %7.2f %7.2f\n", r.op.c_str(),
+              r.shape.c_str(), ms(t[0].median).c_str(), ms(t[1].median).c_str(),
+              ms(t[2].median).c_str(), ms(t[3].median).c_str(), r.work / t[0].median / 1e9, unit,
+              r.work / best.median / 1e9, unit, best.median / t[0].median, best.min / t[0].min);
 }
 
 Tensor random_f32(const Shape& shape) {
@@ -324,8 +332,10 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("%s\n", cpu::runtime_info().c_str());
-  std::printf("median of %d runs after 2 warm-up runs; 'vs raw' = best raw time / our time\n",
-              g_reps);
+  std::printf(
+      "medians of %d-60 interleaved runs after 2 warm-up runs; 'vs raw' = best raw time /\n"
+      "our time, of medians and (min) of fastest runs\n",
+      g_reps);
   try {
     print_header();
     for (std::int64_t n : {512, 1024, 2048}) bench_matmul("matmul", 1, n, n, n, false);

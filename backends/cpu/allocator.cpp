@@ -21,7 +21,8 @@ namespace {
 constexpr std::size_t kAlignment = 64;
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
-// Size classes: powers of two below 1 MiB, multiples of 1 MiB above (bounded waste either way).
+// Size classes: powers of two below 1 MiB, multiples of 2 MiB above (bounded waste either way;
+// a multiple of the huge-page size, as aligned_alloc requires for that alignment).
 std::size_t size_class(std::size_t bytes) {
   if (bytes <= kAlignment) return kAlignment;
   if (bytes < (std::size_t{1} << 20)) {
@@ -29,8 +30,7 @@ std::size_t size_class(std::size_t bytes) {
     while (c < bytes) c <<= 1;
     return c;
   }
-  const std::size_t mib = std::size_t{1} << 20;
-  return (bytes + mib - 1) / mib * mib;
+  return (bytes + kHugePage - 1) / kHugePage * kHugePage;
 }
 
 class CachingHostAllocator final : public Allocator {
@@ -64,12 +64,12 @@ class CachingHostAllocator final : public Allocator {
 
   void deallocate(void* ptr, std::size_t bytes) override {
     if (ptr == nullptr) return;
-    const std::size_t cls = size_class(bytes);
     std::lock_guard lock(mutex_);
     stats_.current_bytes -= static_cast<std::int64_t>(bytes);
 #if defined(__SANITIZE_ADDRESS__)
     std::free(ptr);  // under AddressSanitizer a reused block would hide use-after-free bugs
 #else
+    const std::size_t cls = size_class(bytes);
     free_[cls].push_back(ptr);
     cached_ += static_cast<std::int64_t>(cls);
 #endif

@@ -40,8 +40,8 @@ void CpuBackend::fill(const Tensor& out, double value) {
   });
 }
 
-// src, dst: same shape, any strides and dtypes. A contiguous same-dtype copy is a plain
-// vectorized loop (GCC turns it into memcpy); a transposing copy walks dst in order.
+// src, dst: same shape, any strides and dtypes. map() makes a contiguous copy a plain vectorized
+// loop and a transposing one a tiled walk (strided.h).
 void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
   check_same_shape("copy", dst, {src});
   dispatch<float, double, std::int64_t, bool>(src.dtype(), "copy", [&](auto src_tag) {

@@ -153,15 +153,18 @@ namespace {
 // way out.
 class ThreadScope {
  public:
-  explicit ThreadScope(int threads) : saved_(omp_get_max_threads()) {
-    if (threads != saved_) omp_set_num_threads(threads);
+  explicit ThreadScope(int threads) : saved_(omp_get_max_threads()), changed_(threads != saved_) {
+    if (changed_) omp_set_num_threads(threads);
   }
-  ~ThreadScope() { omp_set_num_threads(saved_); }
+  ~ThreadScope() {
+    if (changed_) omp_set_num_threads(saved_);
+  }
   ThreadScope(const ThreadScope&) = delete;
   ThreadScope& operator=(const ThreadScope&) = delete;
 
  private:
   int saved_;
+  bool changed_;
 };
 }  // namespace
 

@@ -1,9 +1,18 @@
 // CpuBackend::layer_norm and layer_norm_backward over the last dim of a contiguous [R, C]
-// tensor: one row per loop iteration (a row fits in L1), rows spread over the OpenMP threads.
+// tensor.
 //
-// float32 forward: oneDNN's layer_normalization, which keeps several partial sums in flight where
-// our loop's reductions wait on one accumulator; float64 and every backward: loops.
-// MEASURE_LN
+// float32 forward: oneDNN's layer_normalization. float64 (which oneDNN lacks) and every backward:
+// loops, one row per iteration (a row fits in L1), rows spread over the OpenMP threads. Measured
+// on one thread (CPU time, AVX2, so that other processes on the machine do not blur it):
+//                          loop      oneDNN
+//   [8192, 768] forward    3.6 ms    3.2 ms
+//   [1024, 256] forward    130 us    73 us
+//   [8192, 768] backward   5.0 ms    4.9 ms
+//   [1024, 256] backward   128 us    131 us
+//   [64, 10]    fwd / bwd  2.5/2.8 us  2.4/3.1 us
+// oneDNN's forward keeps several partial sums in flight where the loop's reductions wait on one
+// accumulator. The backwards tie, and the loop takes the saved rstd as it is (oneDNN wants the
+// variance back) and skips the weight and bias sums when they are not wanted.
 #include <omp.h>
 
 #include <algorithm>

@@ -1,23 +1,30 @@
 // CpuBackend::matmul: batched matrix products on oneDNN (float32) and OpenBLAS (float64, and
-// small float32 products), with strided operands passed as they are whenever a GEMM can read them.
+// small float32 products), with strided operands passed as they are whenever a GEMM can read them
+// (gemm_operand in matmul.h decides; a copy is made only when it says so).
 //
-// Dispatch policy, measured with examples/benchmark_ops and a sweep of square sizes (2 threads;
-// medians; OPENBLAS_CORETYPE=Haswell set as the machines we run on export it):
+// Dispatch policy. Measured with OPENBLAS_CORETYPE=Haswell exported, as on the machines we run on,
+// and in the same runs for both libraries (a sweep of sizes, and examples/benchmark_ops):
 //
-//   float32, batch of one, M*N*K <= 64^3: cblas_sgemm. Under that size a call is a few
-//     microseconds, and OpenBLAS's fixed cost (about 0.1 us at 8^3, 0.5 us for [64x10]x[10x10])
-//     is below oneDNN's (about 1 us to execute a cached primitive, plus our lookup).
-//   float32, anything larger or batched: one oneDNN matmul primitive, the batch and the
-//     transposes in its memory descriptors. On an AVX2 machine (Zen, 2 cores, ~190 GFLOP/s
-//     peak) both libraries reach 165-185 GFLOP/s on 512^3-2048^3, but on the attention shapes
-//     a loop of cblas_sgemm calls reaches 80-140 GFLOP/s against oneDNN's 160-180 (32 x
-//     [1024x64x1024] with K transposed, 32 x [1024x1024x64]): OpenBLAS parallelises each small
-//     product separately, oneDNN splits the whole batch over the threads. On an AVX-512 machine
-//     (~509 GFLOP/s peak) oneDNN reaches 420-490 GFLOP/s on large products and ~410 on the
-//     attention shapes, while OpenBLAS, which reads OPENBLAS_CORETYPE when it loads and then
-//     runs AVX2 kernels, stays near 240 (140-200 on the attention loop). oneDNN ignores that
-//     variable, so float32 speed does not depend on the environment.
-//   float64: cblas_dgemm per batch (oneDNN has no f64 matmul). It is used by gradient checks.
+//   float32, batch of one, M*N*K <= 64^3: cblas_sgemm. Up to that size a product takes a few
+//     microseconds, and OpenBLAS's fixed cost is the lower one. One thread, CPU time, AVX2:
+//         8^3: 0.8 us against oneDNN's 1.6 us; 32^3: 1.8 us against 2.4 us; 64^3: 7.2 us both.
+//   float32, anything larger or batched: one oneDNN matmul primitive for the whole batch, with
+//     the transposes and the batch stride in its memory descriptors (a broadcast operand is a
+//     batch of one, which oneDNN broadcasts). Measured in the same runs:
+//       - AVX-512, 2 threads (~509 GFLOP/s peak): oneDNN 420-490 GFLOP/s on large products and
+//         ~410 on 32 x [1024x64x1024]; OpenBLAS reads OPENBLAS_CORETYPE when it loads and then
+//         runs its AVX2 kernels, ~240 GFLOP/s, and 140-200 as a loop over the attention batch.
+//       - AVX2 (Zen), 2 threads (~190 peak), examples/benchmark_ops on a quiet machine:
+//           1024^3: 12.2 ms through matmul() (oneDNN), raw oneDNN 12.6, cblas_sgemm 12.8;
+//           2048^3: 92.3, 93.3, 93.8; 32 x [1024x64x1024] (K transposed): 25.1, 25.0, and 41.0
+//           for the cblas loop; 32 x [1024x1024x64]: 23.9, 24.0, 28.1. OpenBLAS splits each
+//           small product over the threads, oneDNN the whole batch. At 512^3 OpenBLAS was
+//           ahead in two runs (1.64 ms against 2.08); other sizes from 256^3 to 1024^3 swing
+//           either way by 5-15% from run to run, and on AVX-512 oneDNN is ahead everywhere.
+//     oneDNN ignores OPENBLAS_CORETYPE, so float32 speed does not depend on the environment.
+//   float64: cblas_dgemm per batch element (oneDNN has no f64 matmul); gradient checks use it.
+//
+// Products under 2^18 multiply-adds run oneDNN on the calling thread only (dnnl_threads).
 #include "backends/cpu/matmul.h"
 
 #include <cblas.h>
@@ -25,7 +32,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <numeric>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
@@ -39,7 +45,7 @@ namespace {
 constexpr std::int64_t kSmallGemm = 64 * 64 * 64;
 
 // True when no two elements of the layout share an address (sizes of 1 are ignored).
-bool non_overlapping(Shape dims, Shape strides) {
+bool non_overlapping(const Shape& dims, const Shape& strides) {
   std::vector<std::size_t> order;
   for (std::size_t d = 0; d < dims.size(); ++d) {
     if (dims[d] > 1) order.push_back(d);

@@ -244,11 +244,20 @@ void map_impl(F& f, const Tensor& out, const std::array<Tensor, sizeof...(In)>& 
         std::max<std::int64_t>(1, kParallelThreshold / (kTileRows * kTileCols)));
     return;
   }
+  // Rows that every operand walks with unit stride (a permuted copy that keeps the last dim,
+  // a bias add) go straight to the vectorized loop.
+  bool unit_rows = true;
+  for (std::size_t k = 0; k <= sizeof...(In); ++k)
+    unit_rows = unit_rows && layout.inner_stride(k) == 1;
   parallel_for(n, [&](std::int64_t begin, std::int64_t end) {
     std::tuple<RowReader<In>...> readers{RowReader<In>(layout.inner_stride(I + 1))...};
     for_each_row(layout, begin, end, [&](const std::int64_t* at, std::int64_t len) {
-      (std::get<I>(readers).start(std::get<I>(p) + at[I + 1]), ...);
-      map_row(f, len, o + at[0], layout.inner_stride(0), readers);
+      if (unit_rows) {
+        apply_contiguous(f, o + at[0], len, (std::get<I>(p) + at[I + 1])...);
+      } else {
+        (std::get<I>(readers).start(std::get<I>(p) + at[I + 1]), ...);
+        map_row(f, len, o + at[0], layout.inner_stride(0), readers);
+      }
     });
   });
 }

@@ -3,7 +3,7 @@
 //
 // float32 exp, tanh, sigmoid and the GELUs use the polynomial versions below instead of
 // std::exp/tanh/erf, which are scalar library calls on float: in a contiguous loop the compiler
-// vectorizes them, about 8x faster here (GELU 1.7 ns -> 0.2 ns per element on one core). They
+// vectorizes them (measured on one core, 16M elements: exp 47 -> 9 ms, GELU 77 -> 27 ms). They
 // are within a few ulp of the exact result. float64 keeps the library functions: it is the
 // dtype of gradient checks, where accuracy is the point.
 #include <bit>

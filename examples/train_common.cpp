@@ -1,0 +1,457 @@
+// Flags, configuration, checkpoint metadata and plots shared by the training programs.
+#include "train_common.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace train {
+
+namespace fs = std::filesystem;
+
+void add_model_flags(CLI::App& app, ModelFlags& f) {
+  app.add_option("--attention", f.attention, "Attention: full (softmax over all n keys) or "
+                                             "linformer (keys and values projected to k rows)")
+      ->check(CLI::IsMember({"full", "linformer"}))
+      ->capture_default_str();
+  app.add_option("--k", f.k, "Linformer: projected length k, the same in every layer")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--k-schedule", f.k_schedule,
+                 "Linformer: k per layer instead of --k: linear:k0,step,kmin (k_l = max(kmin, "
+                 "k0 - l*step)), geometric:k0,ratio,kmin or an explicit list such as 128,96,64");
+  app.add_option("--projection", f.projection, "Linformer: projection kind (a registered name)")
+      ->check(CLI::IsMember(nn::projection_names()))
+      ->capture_default_str();
+  app.add_option("--sharing", f.sharing,
+                 "Linformer: which projection matrices are shared between heads and layers")
+      ->check(CLI::IsMember({"none", "headwise", "key-value", "layerwise"}))
+      ->capture_default_str();
+  app.add_option("--layers", f.layers, "Encoder layers")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--d-model", f.d_model, "Model width")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--heads", f.heads, "Attention heads (must divide --d-model)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--d-ff", f.d_ff, "Feed-forward width")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--dropout", f.dropout, "Dropout on residual branches")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
+  app.add_option("--max-seq-len", f.max_seq_len,
+                 "The model's longest sequence (position table, Linformer E); 0: --seq-len")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
+void add_run_flags(CLI::App& app, RunFlags& f) {
+  app.add_option("--steps", f.steps, "Optimizer steps")->capture_default_str();
+  app.add_option("--batch", f.batch, "Sequences per batch")->capture_default_str();
+  app.add_option("--lr", f.lr, "Peak learning rate (AdamW; linear warm-up, then cosine decay to "
+                               "a tenth of it)")
+      ->capture_default_str();
+  app.add_option("--warmup", f.warmup, "Warm-up steps")->capture_default_str();
+  app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay (matrices only)")
+      ->capture_default_str();
+  app.add_option("--clip", f.clip, "Clip the gradients' global norm to this (0: no clipping)")
+      ->capture_default_str();
+  app.add_option("--device", f.device, "cpu or cuda (cuda:1 for a second GPU)")
+      ->capture_default_str();
+  app.add_option("--seed", f.seed, "Seed of initialisation, data order, masks and dropout")
+      ->capture_default_str();
+  app.add_option("--threads", f.threads, "CPU threads (0: OMP_NUM_THREADS or every core)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--eval-every", f.eval_every, "Evaluate every this many steps (0: at the end)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--log-every", f.log_every,
+                 "Write a CSV row (mean training loss since the last row) every this many steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--checkpoint-every", f.checkpoint_every,
+                 "Save a checkpoint every this many steps (0: at every evaluation)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--stop-at", f.stop_at,
+                 "Save a checkpoint and stop after this step, as an interruption would; "
+                 "--resume continues")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint", f.checkpoint,
+                 "Checkpoint file (model, optimizer, data position; written atomically); none "
+                 "for no checkpoints")
+      ->capture_default_str();
+  app.add_flag("--resume", f.resume, "Continue from --checkpoint, exactly where it stopped");
+  app.add_option("--log", f.log, "CSV log of the training run");
+  app.add_option("--plot", f.plot,
+                 "PNG of loss curves: of --compare's logs (without training), else of this "
+                 "run's --log after training");
+  app.add_option("--compare", f.compare, "CSV logs to plot together with --plot");
+}
+
+void check_run_flags(const RunFlags& f) {
+  auto need = [](bool ok, const std::string& message) {
+    if (!ok) throw UsageError(message);
+  };
+  need(f.steps > 0, "--steps must be at least 1, got " + std::to_string(f.steps));
+  need(f.batch > 0, "--batch must be at least 1, got " + std::to_string(f.batch));
+  need(f.lr > 0, "--lr must be positive");
+  need(f.warmup >= 0, "--warmup must be 0 or more");
+  need(f.weight_decay >= 0, "--weight-decay must be 0 or more");
+  need(f.clip >= 0, "--clip must be 0 (no clipping) or more");
+  need(f.stop_at <= f.steps, "--stop-at (" + std::to_string(f.stop_at) +
+                                 ") is beyond --steps (" + std::to_string(f.steps) + ")");
+  need(!f.resume || !f.checkpoint.empty(), "--resume needs --checkpoint PATH to resume from");
+  need(f.plot.empty() || !f.compare.empty() || !f.log.empty(),
+       "--plot needs the logs to draw: --log CSV (this run) or --compare CSV...");
+  need(f.compare.empty() || !f.plot.empty(), "--compare needs --plot PNG (the image to write)");
+}
+
+namespace {
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, sep)) parts.push_back(part);
+  return parts;
+}
+
+std::int64_t parse_int(const std::string& text, const std::string& what) {
+  std::size_t used = 0;
+  std::int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) {
+    throw UsageError(what + ": '" + text + "' is not a whole number");
+  }
+  return value;
+}
+
+double parse_double(const std::string& text, const std::string& what) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) throw UsageError(what + ": '" + text + "' is not a number");
+  return value;
+}
+
+// --k-schedule: one k per layer.
+std::vector<std::int64_t> k_schedule(const std::string& text, std::int64_t layers) {
+  const std::string usage =
+      "--k-schedule '" + text +
+      "': expected linear:k0,step,kmin, geometric:k0,ratio,kmin or one k per layer such as "
+      "128,96,64";
+  const auto colon = text.find(':');
+  try {
+    if (colon != std::string::npos) {
+      const std::string rule = text.substr(0, colon);
+      const auto args = split(text.substr(colon + 1), ',');
+      if (args.size() != 3) throw UsageError(usage);
+      if (rule == "linear") {
+        return nn::k_linear_decay(layers, parse_int(args[0], "--k-schedule"),
+                                  parse_int(args[1], "--k-schedule"),
+                                  parse_int(args[2], "--k-schedule"));
+      }
+      if (rule == "geometric") {
+        return nn::k_geometric_decay(layers, parse_int(args[0], "--k-schedule"),
+                                     parse_double(args[1], "--k-schedule"),
+                                     parse_int(args[2], "--k-schedule"));
+      }
+      throw UsageError(usage);
+    }
+  } catch (const tinyformer::Error& e) {
+    throw UsageError("--k-schedule '" + text + "': " + e.what());
+  }
+  std::vector<std::int64_t> ks;
+  for (const std::string& part : split(text, ',')) ks.push_back(parse_int(part, "--k-schedule"));
+  if (static_cast<std::int64_t>(ks.size()) != layers) {
+    throw UsageError("--k-schedule '" + text + "' lists " + std::to_string(ks.size()) +
+                     " values for " + std::to_string(layers) +
+                     " layers; give one k per layer (--layers)");
+  }
+  return ks;
+}
+
+nn::Sharing sharing(const std::string& name) {
+  if (name == "none") return nn::Sharing::none;
+  if (name == "headwise") return nn::Sharing::headwise;
+  if (name == "key-value") return nn::Sharing::key_value;
+  if (name == "layerwise") return nn::Sharing::layerwise;
+  throw UsageError("--sharing: unknown mode '" + name +
+                   "'; use none, headwise, key-value or layerwise");
+}
+
+}  // namespace
+
+nn::EncoderConfig encoder_config(const ModelFlags& f, std::int64_t seq_len) {
+  const std::int64_t max_seq_len = f.max_seq_len > 0 ? f.max_seq_len : seq_len;
+  if (seq_len > max_seq_len) {
+    throw UsageError("the sequence length " + std::to_string(seq_len) +
+                     " is above the model's maximum " + std::to_string(max_seq_len) +
+                     " (--max-seq-len); lower the sequence length or raise --max-seq-len");
+  }
+  nn::EncoderConfig config{.layers = f.layers,
+                           .d_model = f.d_model,
+                           .heads = f.heads,
+                           .d_ff = f.d_ff,
+                           .max_seq_len = max_seq_len,
+                           .dropout = f.dropout};
+  if (f.attention == "linformer") {
+    config.attention = nn::AttentionKind::linformer;
+    config.linformer.k = f.k;
+    if (!f.k_schedule.empty()) config.linformer.k_per_layer = k_schedule(f.k_schedule, f.layers);
+    config.linformer.projection_name = f.projection;
+    config.linformer.sharing = sharing(f.sharing);
+  } else if (f.attention != "full") {
+    throw UsageError("--attention: unknown kind '" + f.attention + "'; use full or linformer");
+  }
+  try {
+    nn::validate(config);
+  } catch (const tinyformer::Error& e) {
+    throw UsageError(std::string("invalid model configuration: ") + e.what());
+  }
+  return config;
+}
+
+std::string describe(const nn::EncoderConfig& c) {
+  std::string text = std::to_string(c.layers) + " layers, d_model " + std::to_string(c.d_model) +
+                     ", " + std::to_string(c.heads) + " heads, d_ff " + std::to_string(c.d_ff) +
+                     ", ";
+  if (c.attention == nn::AttentionKind::full) return text + "full attention";
+  std::string ks;
+  if (c.linformer.k_per_layer.empty()) {
+    ks = std::to_string(c.linformer.k);
+  } else {
+    for (std::int64_t k : c.linformer.k_per_layer) ks += (ks.empty() ? "" : ",") + std::to_string(k);
+  }
+  return text + "Linformer k=" + ks + " (" + c.linformer.projection_name + " projection, " +
+         nn::sharing_name(c.linformer.sharing) + " sharing)";
+}
+
+Device setup_device(const RunFlags& f) {
+  Device device;
+  try {
+    device = parse_device(f.device);
+  } catch (const tinyformer::Error& e) {
+    throw UsageError(std::string("--device: ") + e.what());
+  }
+  if (device.type == DeviceType::cuda && !cuda_available()) {
+    throw UsageError("--device " + f.device +
+                     ": no usable CUDA device (this build has no CUDA backend, or no GPU is "
+                     "present); use --device cpu");
+  }
+  // One OpenMP pool serves our loops, OpenBLAS (its OpenMP build) and oneDNN.
+  if (f.threads > 0) omp_set_num_threads(f.threads);
+  return device;
+}
+
+void check_writable(const std::string& file, const char* flag) {
+  if (file.empty()) return;
+  fs::path dir = fs::path(file).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || ::access(dir.c_str(), W_OK) != 0) {
+    throw UsageError(std::string(flag) + " " + file + ": cannot write to the directory '" +
+                     dir.string() + "'; choose a writable path");
+  }
+}
+
+void put(Metadata& m, const std::string& key, const std::string& value) {
+  m[key] = value;
+}
+void put(Metadata& m, const std::string& key, double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  m[key] = text;
+}
+void put(Metadata& m, const std::string& key, std::int64_t value) {
+  m[key] = std::to_string(value);
+}
+
+Metadata model_metadata(const ModelFlags& f) {
+  Metadata m;
+  put(m, "config.attention", f.attention);
+  if (f.attention == "linformer") {
+    put(m, "config.k", f.k_schedule.empty() ? std::to_string(f.k) : f.k_schedule);
+    put(m, "config.projection", f.projection);
+    put(m, "config.sharing", f.sharing);
+  }
+  put(m, "config.layers", f.layers);
+  put(m, "config.d-model", f.d_model);
+  put(m, "config.heads", f.heads);
+  put(m, "config.d-ff", f.d_ff);
+  put(m, "config.dropout", f.dropout);
+  return m;
+}
+
+std::string get(const Metadata& m, const std::string& key, const std::string& path) {
+  const auto it = m.find(key);
+  if (it == m.end()) {
+    throw UsageError("checkpoint '" + path + "' has no '" + key +
+                     "' entry: it was not written by this program; pass another --checkpoint");
+  }
+  return it->second;
+}
+
+void check_resume(const Metadata& saved, const Metadata& current,
+                  const std::vector<std::string>& must_match, const std::string& path,
+                  const std::string& program) {
+  const std::string saved_program = get(saved, "program", path);
+  if (saved_program != program) {
+    throw UsageError("checkpoint '" + path + "' was written by " + saved_program + ", not " +
+                     program + "; pass another --checkpoint");
+  }
+  for (const std::string& key : must_match) {
+    const auto now = current.find(key);
+    if (now == current.end()) continue;
+    const auto then = saved.find(key);
+    const std::string flag = "--" + key.substr(key.find('.') + 1);
+    if (then == saved.end()) {
+      throw UsageError("checkpoint '" + path + "' has no " + flag + " setting; it is from "
+                       "another configuration: pass another --checkpoint or drop --resume");
+    }
+    if (then->second != now->second) {
+      throw UsageError("checkpoint '" + path + "' is from another configuration: " + flag + " " +
+                       then->second + " there, " + now->second +
+                       " now; pass the same flags to resume, or another --checkpoint");
+    }
+  }
+  for (const auto& [key, value] : current) {
+    if (key.rfind("config.", 0) != 0) continue;
+    const auto then = saved.find(key);
+    if (then != saved.end() && then->second != value) {
+      std::printf("note: --%s was %s in the checkpoint, now %s\n", key.substr(7).c_str(),
+                  then->second.c_str(), value.c_str());
+    }
+  }
+}
+
+std::string generator_state() {
+  return std::to_string(default_generator().seed()) + " " +
+         std::to_string(default_generator().offset());
+}
+
+void restore_generator(const std::string& state, const std::string& path) {
+  std::istringstream in(state);
+  std::uint64_t seed = 0, offset = 0;
+  if (!(in >> seed >> offset)) {
+    throw UsageError("checkpoint '" + path + "': unreadable generator state '" + state + "'");
+  }
+  default_generator().manual_seed(seed);
+  default_generator().set_offset(offset);
+}
+
+std::string run_name(const std::string& path) {
+  return fs::path(path).stem().string();
+}
+
+namespace {
+
+// A string literal for gnuplot: single quotes, a quote written twice.
+std::string gp_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+// The same for the shell.
+std::string sh_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::vector<std::string> csv_header(const std::string& csv) {
+  std::ifstream in(csv);
+  if (!in.is_open()) throw UsageError("--plot: cannot read the log '" + csv + "'; check the path");
+  std::string header;
+  std::getline(in, header);
+  if (!header.empty() && header.back() == '\r') header.pop_back();
+  return split(header, ',');
+}
+
+}  // namespace
+
+void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
+               const std::string& right_column, const std::string& right_label) {
+  if (csvs.empty()) throw UsageError("--plot: no logs to plot; pass --compare CSV...");
+  for (const std::string& csv : csvs) {
+    const auto columns = csv_header(csv);
+    for (const std::string& needed : {std::string("step"), std::string("loss"), right_column}) {
+      if (std::find(columns.begin(), columns.end(), needed) == columns.end()) {
+        throw UsageError("--plot: the log '" + csv + "' has no '" + needed +
+                         "' column; pass logs written by this program's --log");
+      }
+    }
+  }
+  const std::string tmp_png = png + ".tmp." + std::to_string(::getpid()) + ".png";
+  const fs::path script = fs::temp_directory_path() /
+                          ("tinyformer-plot-" + std::to_string(::getpid()) + ".gp");
+  {
+    std::ofstream gp(script);
+    if (!gp.is_open()) throw UsageError("--plot: cannot write " + script.string());
+    gp << "set terminal pngcairo size 1400,560 font ',10'\n"
+       << "set output " << gp_quote(tmp_png) << "\n"
+       << "set datafile separator ','\nset datafile columnheaders\n"
+       << "set grid\nset key top right\nset xlabel 'step'\n"
+       << "set multiplot layout 1,2\n"
+       << "set title 'training loss'\nset ylabel 'loss (nats)'\n";
+    auto plot = [&](const std::string& column, const char* style) {
+      gp << "plot ";
+      for (std::size_t i = 0; i < csvs.size(); ++i) {
+        gp << (i ? ", \\\n     " : "") << gp_quote(csvs[i]) << " using (column('step')):(column("
+           << gp_quote(column) << ")) with " << style << " lw 1.5 title "
+           << gp_quote(run_name(csvs[i]));
+      }
+      gp << "\n";
+    };
+    plot("loss", "lines");
+    gp << "set title " << gp_quote(right_label) << "\nset ylabel " << gp_quote(right_label) << "\n";
+    plot(right_column, "linespoints pt 7 ps 0.6");
+    gp << "unset multiplot\n";
+  }
+  const std::string command = "gnuplot " + sh_quote(script.string()) + " 2>&1";
+  std::string output;
+  int status = -1;
+  if (std::FILE* pipe = ::popen(command.c_str(), "r")) {
+    char buffer[512];
+    while (std::fgets(buffer, sizeof buffer, pipe)) output += buffer;
+    status = ::pclose(pipe);
+  }
+  std::error_code ec;
+  fs::remove(script, ec);
+  if (status != 0) {
+    fs::remove(tmp_png, ec);
+    std::string first = output.substr(0, output.find('\n'));
+    if (status == 127 * 256 || first.find("not found") != std::string::npos) {
+      first = "gnuplot is not installed (apt-get install gnuplot-nox)";
+    }
+    throw UsageError("--plot: gnuplot failed: " + (first.empty() ? "no output" : first));
+  }
+  fs::rename(tmp_png, png, ec);
+  if (ec) {
+    fs::remove(tmp_png, ec);
+    throw UsageError("--plot: cannot write '" + png + "'; check that its directory exists");
+  }
+}
+
+}  // namespace train

@@ -1,0 +1,110 @@
+// What the training programs (train_mlm, train_listops) share: the model and training flags,
+// the encoder configuration built from them, checkpoint metadata checks, and loss-curve plots.
+// The training loops themselves stay in each program, in plain sight.
+#pragma once
+
+#include <tinyformer/tinyformer.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace train {
+
+using namespace tinyformer;
+
+// Bad input from the command line or the files it names: the program prints the message on one
+// line and exits with status 1. Messages say what was wrong and what to do.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The flags that define the encoder: a checkpoint is only loadable into the same ones.
+struct ModelFlags {
+  std::string attention = "linformer";  // full | linformer
+  std::int64_t k = 32;
+  std::string k_schedule;  // "", "linear:k0,step,kmin", "geometric:k0,ratio,kmin" or "128,96,64"
+  std::string projection = "linear";
+  std::string sharing = "headwise";
+  std::int64_t layers = 2;
+  std::int64_t d_model = 128;
+  std::int64_t heads = 4;
+  std::int64_t d_ff = 512;
+  double dropout = 0.1;
+  std::int64_t max_seq_len = 0;  // 0: the sequence length the program trains on
+};
+
+// The optimisation and bookkeeping flags.
+struct RunFlags {
+  std::int64_t steps = 1000;
+  std::int64_t batch = 32;
+  double lr = 1e-3;
+  std::int64_t warmup = 100;
+  double weight_decay = 0.01;
+  double clip = 1.0;
+  std::string device = "cpu";
+  std::uint64_t seed = 1;
+  int threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS or every core)
+  std::int64_t eval_every = 200;
+  std::int64_t log_every = 10;
+  std::int64_t checkpoint_every = 0;  // 0: at every evaluation
+  std::int64_t stop_at = 0;           // 0: run to --steps
+  std::string checkpoint;
+  bool resume = false;
+  std::string log;
+  std::string plot;
+  std::vector<std::string> compare;
+};
+
+void add_model_flags(CLI::App& app, ModelFlags& flags);
+void add_run_flags(CLI::App& app, RunFlags& flags);
+
+// The encoder configuration for sequences of up to `seq_len` tokens; throws UsageError for
+// values that do not fit together (heads not dividing d_model, k above the sequence length,
+// an unknown projection kind, a malformed --k-schedule, --seq-len above --max-seq-len...).
+nn::EncoderConfig encoder_config(const ModelFlags& flags, std::int64_t seq_len);
+// "2 layers, d_model 128, 4 heads, d_ff 512, Linformer k=32 (linear, headwise sharing)".
+std::string describe(const nn::EncoderConfig& config);
+// Checks --steps, --batch, --lr...; throws UsageError.
+void check_run_flags(const RunFlags& flags);
+
+// Parses --device and checks that it is usable here; sets the thread count.
+Device setup_device(const RunFlags& flags);
+
+// Creates the directory of `file` when needed; a UsageError naming `flag` when it cannot be
+// written. Called before training, so a bad path fails at once rather than at the first save.
+void check_writable(const std::string& file, const char* flag);
+
+// Checkpoint metadata: what the run was configured with, as "config.<flag>" entries.
+using Metadata = nn::Metadata;
+void put(Metadata& metadata, const std::string& key, const std::string& value);
+void put(Metadata& metadata, const std::string& key, double value);
+void put(Metadata& metadata, const std::string& key, std::int64_t value);
+Metadata model_metadata(const ModelFlags& flags);
+// The value of `key`, or a UsageError naming the checkpoint when it is missing.
+std::string get(const Metadata& metadata, const std::string& key, const std::string& path);
+
+// For a resumed run: every key of `must_match` present in `current` must have the same value
+// in the checkpoint's metadata (else a UsageError naming the flag and both values); other
+// "config." keys that differ are printed as notes ("--lr 0.001 in the checkpoint, now 0.0005").
+void check_resume(const Metadata& saved, const Metadata& current,
+                  const std::vector<std::string>& must_match, const std::string& path,
+                  const std::string& program);
+
+// The dropout generator's position, so a resumed run draws the same dropout masks.
+std::string generator_state();
+void restore_generator(const std::string& state, const std::string& path);
+
+// Renders the CSV logs as one PNG with gnuplot: training loss on the left, `right_column`
+// (e.g. "val_ppl") on the right, one curve per log. Written to a temporary file and renamed,
+// so a failed plot leaves no partial image. Throws UsageError when gnuplot fails or a log
+// lacks a column.
+void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
+               const std::string& right_column, const std::string& right_label);
+
+// The file's name without directories and extension: the curve's title.
+std::string run_name(const std::string& path);
+
+}  // namespace train

@@ -1,0 +1,18 @@
+# Writes a small English-like text (about 40 KB) to ${path}: a few hundred varied sentences,
+# enough for train_mlm's sequences of 32 bytes and a validation part.
+function(write_tiny_corpus path)
+  set(subjects "the cat" "a dog" "my friend" "the old man" "every child" "our teacher")
+  set(verbs "sees" "likes" "finds" "carries" "paints" "remembers")
+  set(objects "the red ball" "a small house" "the river" "an apple" "the long road" "a book")
+  set(text "")
+  foreach(i RANGE 0 899)
+    math(EXPR s "${i} % 6")
+    math(EXPR v "(${i} / 6) % 6")
+    math(EXPR o "(${i} / 36) % 6")
+    list(GET subjects ${s} subject)
+    list(GET verbs ${v} verb)
+    list(GET objects ${o} object)
+    string(APPEND text "${subject} ${verb} ${object} on day ${i}.\n")
+  endforeach()
+  file(WRITE ${path} "${text}")
+endfunction()

@@ -1,0 +1,68 @@
+# ctest: train_mlm runs a few steps on a tiny text and writes its log and checkpoint; bad input
+# (a missing file, an empty file, an unknown flag value, a sequence longer than the model's
+# maximum, a checkpoint of another configuration) exits non-zero with one line on stderr and
+# writes nothing.
+#   cmake -DTRAIN_MLM=<binary> -DWORK_DIR=<scratch dir> -P train_mlm_smoke.cmake
+include(${CMAKE_CURRENT_LIST_DIR}/tiny_corpus.cmake)
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+write_tiny_corpus(${WORK_DIR}/tiny.txt)
+set(small --seq-len 32 --batch 8 --layers 1 --d-model 32 --heads 2 --d-ff 64 --k 8
+  --eval-every 3 --eval-sequences 16 --threads 1)
+
+execute_process(COMMAND ${TRAIN_MLM} --data ${WORK_DIR}/tiny.txt ${small} --steps 6
+    --checkpoint ${WORK_DIR}/run.safetensors --log ${WORK_DIR}/run.csv
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "train_mlm failed (${rc}):\n${out}\n${err}")
+endif()
+foreach(expected "unigram baseline" "final validation perplexity" "throughput:")
+  string(FIND "${out}" "${expected}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "train_mlm's output lacks '${expected}':\n${out}")
+  endif()
+endforeach()
+file(STRINGS ${WORK_DIR}/run.csv rows)
+list(LENGTH rows n)
+list(GET rows 0 header)
+if(NOT header MATCHES "^step,epoch,loss,lr," OR NOT n EQUAL 3)  # header, steps 3 and 6
+  message(FATAL_ERROR "unexpected log (${n} lines):\n${rows}")
+endif()
+if(NOT EXISTS ${WORK_DIR}/run.safetensors)
+  message(FATAL_ERROR "train_mlm wrote no checkpoint")
+endif()
+file(SHA256 ${WORK_DIR}/run.safetensors checkpoint_hash)
+
+# Each bad input: a non-zero exit, exactly one line on stderr containing `expect`, and no log
+# written (the checkpoint above is left as it was).
+function(expect_failure name expect)
+  execute_process(COMMAND ${TRAIN_MLM} ${ARGN} --log ${WORK_DIR}/${name}.csv
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "${name}: train_mlm exited 0 on bad input:\n${out}")
+  endif()
+  string(STRIP "${err}" err)
+  string(FIND "${err}" "\n" newline)
+  string(FIND "${err}" "${expect}" at)
+  if(NOT newline EQUAL -1 OR at EQUAL -1)
+    message(FATAL_ERROR "${name}: expected one line with '${expect}' on stderr, got:\n${err}")
+  endif()
+  if(EXISTS ${WORK_DIR}/${name}.csv)
+    message(FATAL_ERROR "${name}: a log was written despite the error")
+  endif()
+endfunction()
+
+expect_failure(missing "does not exist" --data ${WORK_DIR}/no-such-file.txt ${small} --steps 2
+  --checkpoint none)
+file(WRITE ${WORK_DIR}/empty.txt "")
+expect_failure(empty "empty" --data ${WORK_DIR}/empty.txt ${small} --steps 2 --checkpoint none)
+expect_failure(bad_flag "--attention" --data ${WORK_DIR}/tiny.txt ${small} --attention sparse
+  --checkpoint none)
+expect_failure(too_long "maximum" --data ${WORK_DIR}/tiny.txt ${small} --max-seq-len 16
+  --checkpoint none)
+expect_failure(other_config "another configuration" --data ${WORK_DIR}/tiny.txt ${small}
+  --attention full --steps 8 --checkpoint ${WORK_DIR}/run.safetensors --resume)
+file(SHA256 ${WORK_DIR}/run.safetensors after)
+if(NOT after STREQUAL checkpoint_hash)
+  message(FATAL_ERROR "a failed resume changed the checkpoint")
+endif()
