@@ -16,8 +16,9 @@ namespace train {
 namespace fs = std::filesystem;
 
 void add_model_flags(CLI::App& app, ModelFlags& f) {
-  app.add_option("--attention", f.attention, "Attention: full (softmax over all n keys) or "
-                                             "linformer (keys and values projected to k rows)")
+  app.add_option("--attention", f.attention,
+                 "Attention: full (softmax over all n keys) or "
+                 "linformer (keys and values projected to k rows)")
       ->check(CLI::IsMember({"full", "linformer"}))
       ->capture_default_str();
   app.add_option("--k", f.k, "Linformer: projected length k, the same in every layer")
@@ -57,8 +58,9 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
 void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--steps", f.steps, "Optimizer steps")->capture_default_str();
   app.add_option("--batch", f.batch, "Sequences per batch")->capture_default_str();
-  app.add_option("--lr", f.lr, "Peak learning rate (AdamW; linear warm-up, then cosine decay to "
-                               "a tenth of it)")
+  app.add_option("--lr", f.lr,
+                 "Peak learning rate (AdamW; linear warm-up, then cosine decay to "
+                 "a tenth of it)")
       ->capture_default_str();
   app.add_option("--warmup", f.warmup, "Warm-up steps")->capture_default_str();
   app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay (matrices only)")
@@ -109,8 +111,8 @@ void check_run_flags(const RunFlags& f) {
   need(f.warmup >= 0, "--warmup must be 0 or more");
   need(f.weight_decay >= 0, "--weight-decay must be 0 or more");
   need(f.clip >= 0, "--clip must be 0 (no clipping) or more");
-  need(f.stop_at <= f.steps, "--stop-at (" + std::to_string(f.stop_at) +
-                                 ") is beyond --steps (" + std::to_string(f.steps) + ")");
+  need(f.stop_at <= f.steps, "--stop-at (" + std::to_string(f.stop_at) + ") is beyond --steps (" +
+                                 std::to_string(f.steps) + ")");
   need(!f.resume || !f.checkpoint.empty(), "--resume needs --checkpoint PATH to resume from");
   need(f.plot.empty() || !f.compare.empty() || !f.log.empty(),
        "--plot needs the logs to draw: --log CSV (this run) or --compare CSV...");
@@ -240,10 +242,14 @@ std::string describe(const nn::EncoderConfig& c) {
   if (c.linformer.k_per_layer.empty()) {
     ks = std::to_string(c.linformer.k);
   } else {
-    for (std::int64_t k : c.linformer.k_per_layer) ks += (ks.empty() ? "" : ",") + std::to_string(k);
+    for (std::int64_t k : c.linformer.k_per_layer)
+      ks += (ks.empty() ? "" : ",") + std::to_string(k);
   }
-  return text + "Linformer k=" + ks + " (" + c.linformer.projection_name + " projection, " +
-         nn::sharing_name(c.linformer.sharing) + " sharing)";
+  // Sharing applies to the learned matrices E and F of the linear kind only.
+  const bool linear = c.linformer.projection_name == "linear";
+  return text + "Linformer k=" + ks + " (" + c.linformer.projection_name + " projection" +
+         (linear ? std::string(", ") + nn::sharing_name(c.linformer.sharing) + " sharing" : "") +
+         ")";
 }
 
 Device setup_device(const RunFlags& f) {
@@ -326,7 +332,8 @@ void check_resume(const Metadata& saved, const Metadata& current,
     const auto then = saved.find(key);
     const std::string flag = "--" + key.substr(key.find('.') + 1);
     if (then == saved.end()) {
-      throw UsageError("checkpoint '" + path + "' has no " + flag + " setting; it is from "
+      throw UsageError("checkpoint '" + path + "' has no " + flag +
+                       " setting; it is from "
                        "another configuration: pass another --checkpoint or drop --resume");
     }
     if (then->second != now->second) {
@@ -404,8 +411,8 @@ void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
     }
   }
   const std::string tmp_png = png + ".tmp." + std::to_string(::getpid()) + ".png";
-  const fs::path script = fs::temp_directory_path() /
-                          ("tinyformer-plot-" + std::to_string(::getpid()) + ".gp");
+  const fs::path script =
+      fs::temp_directory_path() / ("tinyformer-plot-" + std::to_string(::getpid()) + ".gp");
   {
     std::ofstream gp(script);
     if (!gp.is_open()) throw UsageError("--plot: cannot write " + script.string());

@@ -124,8 +124,7 @@ Score evaluate(nn::SequenceClassifier& model, const std::vector<ListOpsExample>&
     for (std::int64_t i = first; i < std::min(first + batch, n); ++i) indices.push_back(i);
     const nn::data::ListOpsBatch b = nn::data::listops_batch(examples, indices);
     const Tensor logits = model.forward(b.tokens.to(device), b.padding_mask.to(device));  // [B, 10]
-    total_loss +=
-        cross_entropy(logits, b.labels.to(device), -100, Reduction::sum).item<double>();
+    total_loss += cross_entropy(logits, b.labels.to(device), -100, Reduction::sum).item<double>();
     const std::vector<float> scores = logits.to(Device::cpu()).to_vector<float>();
     const std::vector<std::int64_t> labels = b.labels.to_vector<std::int64_t>();
     for (std::size_t r = 0; r < labels.size(); ++r) {
@@ -171,9 +170,11 @@ int run(int argc, char** argv) {
   app.add_option("--train-examples", train_examples,
                  "Expressions to generate for training (0: the preset's count)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--val-examples", val_examples, "Expressions to generate for validation (0: the preset's count)")
+  app.add_option("--val-examples", val_examples,
+                 "Expressions to generate for validation (0: the preset's count)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--test-examples", test_examples, "Expressions to generate for the test set (0: the preset's count)")
+  app.add_option("--test-examples", test_examples,
+                 "Expressions to generate for the test set (0: the preset's count)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--pooling", pooling, "Sequence summary fed to the classifier")
       ->check(CLI::IsMember({"mean", "cls"}))
@@ -240,11 +241,9 @@ int run(int argc, char** argv) {
                              {.lr = run_flags.lr, .weight_decay = run_flags.weight_decay});
   const nn::optim::WarmupCosine schedule(run_flags.lr, run_flags.warmup, run_flags.steps,
                                          run_flags.lr / 10);
-  nn::data::Loader loader(static_cast<std::int64_t>(data.train.size()),
-                          {.batch_size = run_flags.batch,
-                           .shuffle = true,
-                           .drop_last = true,
-                           .seed = run_flags.seed});
+  nn::data::Loader loader(
+      static_cast<std::int64_t>(data.train.size()),
+      {.batch_size = run_flags.batch, .shuffle = true, .drop_last = true, .seed = run_flags.seed});
 
   train::Metadata meta = train::model_metadata(model_flags);
   train::put(meta, "program", std::string(kProgram));
@@ -260,10 +259,10 @@ int run(int argc, char** argv) {
   train::put(meta, "data.examples", static_cast<std::int64_t>(data.train.size()));
   train::put(meta, "data.fingerprint", fingerprint(data.train));
   const std::vector<std::string> must_match = {
-      "config.attention", "config.k",     "config.projection", "config.sharing",
-      "config.layers",    "config.d-model", "config.heads",    "config.d-ff",
-      "config.max-seq-len", "config.pooling", "config.batch",  "config.seed",
-      "data.examples",    "data.fingerprint"};
+      "config.attention",   "config.k",        "config.projection", "config.sharing",
+      "config.layers",      "config.d-model",  "config.heads",      "config.d-ff",
+      "config.max-seq-len", "config.pooling",  "config.batch",      "config.seed",
+      "data.examples",      "data.fingerprint"};
 
   std::int64_t step = 0;
   if (run_flags.resume) {
@@ -281,10 +280,11 @@ int run(int argc, char** argv) {
                              run_flags.checkpoint);
   }
 
-  std::printf("data: %s%s: %zu training, %zu validation, %zu test expressions, up to %lld "
-              "tokens\n",
-              data_dir.c_str(), data.generated ? " (generated)" : "", data.train.size(),
-              data.validation.size(), data.test.size(), static_cast<long long>(longest(data)));
+  std::printf(
+      "data: %s%s: %zu training, %zu validation, %zu test expressions, up to %lld "
+      "tokens\n",
+      data_dir.c_str(), data.generated ? " (generated)" : "", data.train.size(),
+      data.validation.size(), data.test.size(), static_cast<long long>(longest(data)));
   std::printf("majority class: %.1f%% of the training set (the accuracy of always guessing it)\n",
               100.0 * static_cast<double>(majority) / static_cast<double>(data.train.size()));
   std::printf("model: SequenceClassifier (%s pooling), %s, %lld parameters, on %s\n",
@@ -296,9 +296,8 @@ int run(int argc, char** argv) {
   }
 
   std::optional<nn::CsvLogger> log;
-  const std::vector<std::string> columns = {"step",     "epoch",   "loss",         "lr",
-                                            "grad_norm", "val_loss", "val_acc", "tokens_per_s",
-                                            "seconds"};
+  const std::vector<std::string> columns = {
+      "step", "epoch", "loss", "lr", "grad_norm", "val_loss", "val_acc", "tokens_per_s", "seconds"};
   if (!run_flags.log.empty()) {
     log = run_flags.resume
               ? nn::CsvLogger::resume(run_flags.log, columns, static_cast<double>(step))
@@ -359,8 +358,8 @@ int run(int argc, char** argv) {
     ++window_steps;
     progress.update(step, smoothed_loss, lr, tokens.numel());
 
-    const bool evaluate_now = run_flags.eval_every > 0 && step % run_flags.eval_every == 0 &&
-                              step < run_flags.steps;
+    const bool evaluate_now =
+        run_flags.eval_every > 0 && step % run_flags.eval_every == 0 && step < run_flags.steps;
     Score val{NAN, NAN};
     if (evaluate_now) {
       progress.pause();
@@ -406,10 +405,11 @@ int run(int argc, char** argv) {
   std::printf("final validation accuracy %.2f%% (loss %.4f)\n", 100 * val.accuracy, val.loss);
   std::printf("final test accuracy %.2f%% (loss %.4f)\n", 100 * test.accuracy, test.loss);
   if (steps_this_run > 0) {
-    std::printf("throughput: %.0f tokens/s (padded positions) in forward + backward + optimizer "
-                "step (%lld steps in %.1f s; %.1f s in all)\n",
-                static_cast<double>(tokens_this_run) / compute_seconds,
-                static_cast<long long>(steps_this_run), compute_seconds, seconds_since(start));
+    std::printf(
+        "throughput: %.0f tokens/s (padded positions) in forward + backward + optimizer "
+        "step (%lld steps in %.1f s; %.1f s in all)\n",
+        static_cast<double>(tokens_this_run) / compute_seconds,
+        static_cast<long long>(steps_this_run), compute_seconds, seconds_since(start));
   }
   if (!run_flags.checkpoint.empty()) std::printf("checkpoint: %s\n", run_flags.checkpoint.c_str());
   if (!run_flags.plot.empty()) {

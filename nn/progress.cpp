@@ -45,8 +45,7 @@ std::string format_duration(double seconds) {
   return text;
 }
 
-ProgressBar::ProgressBar(std::int64_t total_steps, std::int64_t first_step,
-                         ProgressOptions options)
+ProgressBar::ProgressBar(std::int64_t total_steps, std::int64_t first_step, ProgressOptions options)
     : total_steps_(total_steps),
       first_step_(first_step),
       options_(options),
@@ -91,8 +90,8 @@ std::string ProgressBar::render(std::int64_t step, double loss, double lr) const
   char text[200];
   std::snprintf(text, sizeof text, "[%s%s] %*lld/%lld  loss %.4f  lr %.2e  %s tok/s  ETA %s",
                 std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
-                static_cast<int>(std::to_string(total_steps_).size()),
-                static_cast<long long>(step), static_cast<long long>(total_steps_), loss, lr,
+                static_cast<int>(std::to_string(total_steps_).size()), static_cast<long long>(step),
+                static_cast<long long>(total_steps_), loss, lr,
                 format_rate(tokens_per_second()).c_str(), format_duration(left).c_str());
   return text;
 }
@@ -196,8 +195,8 @@ CsvLogger CsvLogger::resume(const std::string& path, std::vector<std::string> co
 }
 
 void CsvLogger::row(const std::vector<double>& values) {
-  TF_CHECK(values.size() == columns_.size(), "CsvLogger::row: '", path_, "' has ",
-           columns_.size(), " columns, got ", values.size(), " values");
+  TF_CHECK(values.size() == columns_.size(), "CsvLogger::row: '", path_, "' has ", columns_.size(),
+           " columns, got ", values.size(), " values");
   std::string line;
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (i) line += ',';
