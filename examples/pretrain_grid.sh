@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The Linformer paper's pretraining finding in miniature: with everything else fixed, masked-LM
-# pretraining on the fortunes corpus with full attention and with Linformer attention for
-# k = 16, 32, 64, 128 at n = 256 (headwise sharing), plus layerwise and no sharing at k = 64.
-# Writes the final validation perplexity of every run into a Markdown table and the loss curves
-# of all runs into one PNG:
+# pretraining on the fortunes corpus at n = 128 with full attention and with Linformer attention
+# for k = 16, 32, 64, 128 with the paper's learned linear projections (headwise sharing), no and
+# layerwise sharing at k = 32, and k = 16, 32, 64 with mean pooling (at k = n = 128 mean pooling
+# is exactly full attention). Writes the final validation perplexity of every run into a Markdown
+# table and the loss curves of all runs into one PNG:
 #
 #   bash examples/pretrain_grid.sh              # results/pretrain_grid.md, .png, runs in
 #                                               # results/pretrain_grid/ (under an hour, 2 cores)
 #   STEPS=200 bash examples/pretrain_grid.sh    # a quick look
-#   CELLS="full k32" bash examples/pretrain_grid.sh   # some cells only
+#   CELLS="full mean-k32" bash examples/pretrain_grid.sh   # some cells only
 #
 # A cell that finished is not run again; one that was interrupted resumes from its checkpoint.
 # Environment: TINYFORMER_BUILD_DIR (default build), RESULTS (default results), STEPS,
@@ -20,8 +21,8 @@ build=${TINYFORMER_BUILD_DIR:-build}
 train_mlm=$build/examples/train_mlm
 results=${RESULTS:-results}
 runs=$results/pretrain_grid
-steps=${STEPS:-1200}
-seq_len=${SEQ_LEN:-256}
+steps=${STEPS:-3000}
+seq_len=${SEQ_LEN:-128}
 threads=${THREADS:-0}
 if [[ ! -x $train_mlm ]]; then
   echo "pretrain_grid.sh: $train_mlm not found; build it first:" \
@@ -29,22 +30,26 @@ if [[ ! -x $train_mlm ]]; then
   exit 1
 fi
 
+warmup=$((steps >= 1000 ? 100 : steps / 10))
 # Everything but the attention is the same in every cell.
 common=(--seq-len "$seq_len" --steps "$steps" --batch 16 --layers 2 --d-model 64 --heads 4
-  --d-ff 256 --lr 3e-3 --warmup 100 --dropout 0 --eval-every $((steps / 4)) --log-every 20
-  --seed 1 --threads "$threads")
+  --d-ff 256 --lr 3e-3 --warmup "$warmup" --dropout 0 --eval-every $((steps / 4))
+  --log-every 20 --seed 1 --threads "$threads")
 # shellcheck disable=SC2206
 extra=(${EXTRA:-})
 
 # name | flags
 cells=(
   "full|--attention full"
-  "k16|--attention linformer --k 16 --sharing headwise"
-  "k32|--attention linformer --k 32 --sharing headwise"
-  "k64|--attention linformer --k 64 --sharing headwise"
-  "k128|--attention linformer --k 128 --sharing headwise"
-  "k64-none|--attention linformer --k 64 --sharing none"
-  "k64-layerwise|--attention linformer --k 64 --sharing layerwise"
+  "linear-k16|--attention linformer --projection linear --k 16 --sharing headwise"
+  "linear-k32|--attention linformer --projection linear --k 32 --sharing headwise"
+  "linear-k64|--attention linformer --projection linear --k 64 --sharing headwise"
+  "linear-k128|--attention linformer --projection linear --k 128 --sharing headwise"
+  "linear-k32-none|--attention linformer --projection linear --k 32 --sharing none"
+  "linear-k32-layerwise|--attention linformer --projection linear --k 32 --sharing layerwise"
+  "mean-k16|--attention linformer --projection mean --k 16"
+  "mean-k32|--attention linformer --projection mean --k 32"
+  "mean-k64|--attention linformer --projection mean --k 64"
 )
 selected=${CELLS:-}
 
@@ -77,27 +82,30 @@ table=$results/pretrain_grid.md
   echo "# Masked-LM pretraining: full attention vs Linformer (n = $seq_len, $steps steps)"
   echo
   echo "Corpus: fortunes (Debian package \`fortunes\`); 2 layers, d_model 64, 4 heads, d_ff 256,"
-  echo "batch 16 x $seq_len bytes, AdamW lr 3e-3, warm-up 100 steps, cosine decay, seed 1."
+  echo "batch 16 x $seq_len bytes, AdamW lr 3e-3, warm-up $warmup steps, cosine decay, seed 1."
   echo "Perplexity: exp of the mean loss over the masked bytes of a fixed validation set."
   echo
-  echo "| run | attention | k | sharing | parameters | validation perplexity | tokens/s | seconds |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| run | attention | k | projection | sharing | parameters | validation perplexity | tokens/s | seconds |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   for cell in "${cells[@]}"; do
     name=${cell%%|*}
     out=$runs/$name.txt
     [[ -f $out ]] || continue
     model=$(grep '^model:' "$out")
-    attention=full; k=-; sharing=-
+    attention=full; k=-; projection=-; sharing=-
     if [[ $model == *Linformer* ]]; then
       attention=Linformer
       k=$(sed -E 's/.*Linformer k=([0-9,]+).*/\1/' <<< "$model")
-      sharing=$(sed -E 's/.*, ([a-z_-]+) sharing.*/\1/' <<< "$model")
+      projection=$(sed -E 's/.*\(([a-z_-]+) projection.*/\1/' <<< "$model")
+      if [[ $model == *sharing* ]]; then
+        sharing=$(sed -E 's/.*, ([a-z_-]+) sharing.*/\1/' <<< "$model")
+      fi
     fi
     params=$(sed -E 's/.* ([0-9]+) parameters.*/\1/' <<< "$model")
     ppl=$(sed -nE 's/^final validation perplexity ([0-9.]+).*/\1/p' "$out")
     rate=$(sed -nE 's/^throughput: ([0-9]+) tokens.*/\1/p' "$out")
     seconds=$(sed -nE 's/^seconds ([0-9]+)/\1/p' "$out")
-    echo "| $name | $attention | $k | $sharing | $params | $ppl | $rate | $seconds |"
+    echo "| $name | $attention | $k | $projection | $sharing | $params | $ppl | $rate | $seconds |"
   done
   baseline=$(grep -m1 '^unigram baseline' "$runs"/*.txt 2>/dev/null | head -1 |
     sed -nE 's/.*= perplexity ([0-9.]+) on the validation text.*/\1/p')

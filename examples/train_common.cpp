@@ -234,9 +234,9 @@ nn::EncoderConfig encoder_config(const ModelFlags& f, std::int64_t seq_len) {
 }
 
 std::string describe(const nn::EncoderConfig& c) {
-  std::string text = std::to_string(c.layers) + " layers, d_model " + std::to_string(c.d_model) +
-                     ", " + std::to_string(c.heads) + " heads, d_ff " + std::to_string(c.d_ff) +
-                     ", ";
+  std::string text = std::to_string(c.layers) + (c.layers == 1 ? " layer" : " layers") +
+                     ", d_model " + std::to_string(c.d_model) + ", " + std::to_string(c.heads) +
+                     " heads, d_ff " + std::to_string(c.d_ff) + ", ";
   if (c.attention == nn::AttentionKind::full) return text + "full attention";
   std::string ks;
   if (c.linformer.k_per_layer.empty()) {

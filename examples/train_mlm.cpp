@@ -3,12 +3,21 @@
 //
 //   train_mlm                                   # the fortunes corpus, Linformer k=32, minutes
 //   train_mlm --attention full --log full.csv   # the same with standard attention
-//   train_mlm --data book.txt --seq-len 256 --k 64 --sharing layerwise
+//   train_mlm --data book.txt --seq-len 256 --projection linear --k 64 --sharing layerwise
 //   train_mlm --checkpoint run.safetensors --resume      # continues exactly where it stopped
+//   train_mlm --stop-at 1000 ...; train_mlm --resume ... # the same run in two sittings
 //   train_mlm --plot curves.png --compare full.csv linformer.csv
 //
 // The default corpus is Debian's `fortunes` package (apt-get install fortunes): about 2.5 MB
 // of English quotations, jokes and definitions under /usr/share/games/fortunes.
+//
+// The defaults (2 layers, d_model 64, n = 128, batch 16, 4000 steps, Linformer k = 32 with mean
+// pooling) take 2-4 minutes on 2 CPU cores and end near validation perplexity 13, against 28 for
+// the unigram baseline. They were measured: a learned linear projection (the paper's main kind,
+// --projection linear) stays near the unigram baseline for thousands of steps on bytes, since
+// its compressed rows must first learn to keep apart the neighbouring bytes that masked-byte
+// prediction needs most, while pooling keeps that locality from the start; d_model 128 costs
+// 3.5x the time per step for little gain within minutes.
 #include <tinyformer/tinyformer.h>
 
 #include <algorithm>
@@ -177,7 +186,7 @@ int run(int argc, char** argv) {
   model_flags.d_ff = 256;
   model_flags.dropout = 0.0;  // a few passes over the corpus at most: no overfitting to fight
   train::RunFlags run_flags;
-  run_flags.steps = 2500;
+  run_flags.steps = 4000;
   run_flags.batch = 16;
   run_flags.lr = 3e-3;
   run_flags.eval_every = 500;
