@@ -422,16 +422,19 @@ void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
        << "set grid\nset key top right\nset xlabel 'step'\n"
        << "set multiplot layout 1,2\n"
        << "set title 'training loss'\nset ylabel 'loss (nats)'\n";
+    // gnuplot cycles through 8 colours; later runs get dashed lines so no two curves look alike.
     auto plot = [&](const std::string& column, const char* style) {
       gp << "plot ";
       for (std::size_t i = 0; i < csvs.size(); ++i) {
         gp << (i ? ", \\\n     " : "") << gp_quote(csvs[i]) << " using (column('step')):(column("
-           << gp_quote(column) << ")) with " << style << " lw 1.5 title "
-           << gp_quote(run_name(csvs[i]));
+           << gp_quote(column) << ")) with " << style << " lw 1.5 lt " << i % 8 + 1 << " dt "
+           << i / 8 + 1 << " title " << gp_quote(run_name(csvs[i]));
       }
       gp << "\n";
     };
     plot("loss", "lines");
+    // One legend, on the left where the curves have fallen away from the top right corner.
+    gp << "unset key\n";
     gp << "set title " << gp_quote(right_label) << "\nset ylabel " << gp_quote(right_label) << "\n";
     plot(right_column, "linespoints pt 7 ps 0.6");
     gp << "unset multiplot\n";

@@ -12,8 +12,9 @@
 // of English quotations, jokes and definitions under /usr/share/games/fortunes.
 //
 // The defaults (2 layers, d_model 64, n = 128, batch 16, 4000 steps, Linformer k = 32 with mean
-// pooling) take 2-4 minutes on 2 CPU cores and end near validation perplexity 13, against 28 for
-// the unigram baseline. They were measured: a learned linear projection (the paper's main kind,
+// pooling) take about 1.5 minutes on 2 idle CPU cores (3.5 on a busy one) and end near
+// validation perplexity 12.5, against 28 for the unigram baseline. They were measured: a learned
+// linear projection (the paper's main kind,
 // --projection linear) stays near the unigram baseline for thousands of steps on bytes, since
 // its compressed rows must first learn to keep apart the neighbouring bytes that masked-byte
 // prediction needs most, while pooling keeps that locality from the start; d_model 128 costs
@@ -178,8 +179,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 int run(int argc, char** argv) {
-  // The defaults, chosen by measurement, train for a few minutes on 2 CPU cores and reach about
-  // half the unigram perplexity (see the file comment).
+  // The defaults, chosen by measurement, train for a few minutes on 2 CPU cores and reach less
+  // than half the unigram perplexity (see the file comment).
   train::ModelFlags model_flags;
   model_flags.projection = "mean";
   model_flags.d_model = 64;
