@@ -12,6 +12,10 @@ set(tinyformer_export_targets tinyformer)
 if(BUILD_SHARED_LIBS)
   set(TINYFORMER_PACKAGE_STATIC OFF)
 else()
+  if(TINYFORMER_CUDA_ENABLED)
+    message(FATAL_ERROR "a static libtinyformer with the CUDA backend is not packaged: build the "
+      "shared library (the default) or configure with -DTINYFORMER_CUDA=OFF")
+  endif()
   # A static archive leaves oneDNN, OpenBLAS and OpenMP to the program's link step, so the
   # package carries the target that names them and its config finds oneDNN and OpenMP.
   set(TINYFORMER_PACKAGE_STATIC ON)

@@ -15,6 +15,8 @@ std::size_t element_size(DType dtype) {
       return 8;
     case DType::boolean:
       return 1;
+    case DType::bfloat16:
+      return 2;
   }
   fail("element_size: unknown dtype ", static_cast<int>(dtype));
 }
@@ -29,6 +31,8 @@ const char* dtype_name(DType dtype) {
       return "int64";
     case DType::boolean:
       return "bool";
+    case DType::bfloat16:
+      return "bfloat16";
   }
   return "unknown";
 }

@@ -6,20 +6,24 @@
 #include <ostream>
 #include <string>
 
+#include "core/bfloat16.h"
+
 namespace tinyformer {
 
-// float64 is for gradient checks, int64 for indices and token ids, boolean for masks.
-enum class DType : std::uint8_t { float32, float64, int64, boolean };
+// float64 is for gradient checks, int64 for indices and token ids, boolean for masks, bfloat16
+// for halving the bytes of products and activations (computed in float32).
+enum class DType : std::uint8_t { float32, float64, int64, boolean, bfloat16 };
 
 constexpr DType kFloat32 = DType::float32;
 constexpr DType kFloat64 = DType::float64;
 constexpr DType kInt64 = DType::int64;
 constexpr DType kBool = DType::boolean;
+constexpr DType kBFloat16 = DType::bfloat16;
 
 std::size_t element_size(DType dtype);
 const char* dtype_name(DType dtype);
 inline bool is_floating(DType dtype) {
-  return dtype == DType::float32 || dtype == DType::float64;
+  return dtype == DType::float32 || dtype == DType::float64 || dtype == DType::bfloat16;
 }
 std::ostream& operator<<(std::ostream& os, DType dtype);
 
@@ -41,6 +45,10 @@ constexpr DType dtype_of<std::int64_t>() {
 template <>
 constexpr DType dtype_of<bool>() {
   return DType::boolean;
+}
+template <>
+constexpr DType dtype_of<bfloat16>() {
+  return DType::bfloat16;
 }
 
 enum class DeviceType : std::uint8_t { cpu, cuda };

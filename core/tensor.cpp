@@ -97,6 +97,7 @@ TF_INSTANTIATE_ACCESS(float)
 TF_INSTANTIATE_ACCESS(double)
 TF_INSTANTIATE_ACCESS(std::int64_t)
 TF_INSTANTIATE_ACCESS(bool)
+TF_INSTANTIATE_ACCESS(bfloat16)
 #undef TF_INSTANTIATE_ACCESS
 
 Tensor Tensor::detach() const {
@@ -303,6 +304,7 @@ template Tensor from<float>(const std::vector<float>&, const Shape&, Device);
 template Tensor from<double>(const std::vector<double>&, const Shape&, Device);
 template Tensor from<std::int64_t>(const std::vector<std::int64_t>&, const Shape&, Device);
 template Tensor from<bool>(const std::vector<bool>&, const Shape&, Device);
+template Tensor from<bfloat16>(const std::vector<bfloat16>&, const Shape&, Device);
 
 // --- Raw layout operations ---
 

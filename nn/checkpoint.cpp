@@ -44,6 +44,8 @@ const char* safetensors_dtype(DType dtype) {
       return "I64";
     case DType::boolean:
       return "BOOL";
+    case DType::bfloat16:
+      return "BF16";
   }
   fail("safetensors: unknown dtype ", static_cast<int>(dtype));
 }
@@ -57,6 +59,8 @@ bool parse_dtype(const std::string& name, DType& dtype) {
     dtype = DType::int64;
   else if (name == "BOOL")
     dtype = DType::boolean;
+  else if (name == "BF16")
+    dtype = DType::bfloat16;
   else
     return false;
   return true;

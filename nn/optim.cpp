@@ -1,5 +1,6 @@
-// Optimizers: parameter groups, the state dict, and the SGD / Adam / AdamW updates written as
-// compositions of tensor ops (so they run on any device), with gradient clipping.
+// Optimizers: parameter groups, the state dict, the SGD update written as a composition of
+// tensor ops, the Adam / AdamW update as one fused primitive per parameter (adamw_step, on any
+// backend), and gradient clipping.
 #include "nn/optim.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <set>
 
 #include "autograd/ops.h"
+#include "core/backend.h"
 
 namespace tinyformer::nn::optim {
 
@@ -193,10 +195,11 @@ StateDict Optimizer::state_dict() const {
       out.emplace_back(prefix + "step",
                        scalar_tensor(static_cast<double>(state_[i].step), {.dtype = kInt64}));
     }
-    // Updates replace the buffers instead of writing into them, so handing out the tensors
-    // themselves gives a snapshot without copying.
+    // Adam's step writes its buffers in place, so the dict holds copies: a snapshot that later
+    // steps leave alone.
     for (const std::string& name : state_names()) {
-      out.emplace_back(prefix + name, state_[i].buffers.at(name));
+      const Tensor& buffer = state_[i].buffers.at(name);
+      out.emplace_back(prefix + name, copy_like(buffer, buffer));
     }
   }
   return out;
@@ -365,32 +368,32 @@ Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool deco
 void Adam::update(const Tensor& param, const Tensor& grad, ParamState& state, double lr,
                   double weight_decay) {
   const auto [beta1, beta2] = options_.betas;
-  Tensor& m = state.buffers["exp_avg"];
-  Tensor& v = state.buffers["exp_avg_sq"];
-  if (!m.defined()) m = zeros_like(param);
-  if (!v.defined()) v = zeros_like(param);
-  state.step += 1;
-
-  // p is the parameter before the Adam step: shrunk first by AdamW, left alone by Adam (whose
-  // decay goes into the gradient instead).
-  Tensor p = param;
-  Tensor g = grad;
-  if (weight_decay != 0.0) {
-    if (decoupled_) {
-      p = param * (1.0 - lr * weight_decay);
-    } else {
-      g = grad + param * weight_decay;
+  // The fused step wants contiguous tensors. State made here or loaded by load_state_dict is;
+  // a parameter or gradient that is a strided view is stepped through a contiguous copy.
+  auto moment = [&](const char* name) {
+    const auto it = state.buffers.find(name);
+    if (it == state.buffers.end() || !it->second.defined()) {
+      return zeros(param.shape(), {.dtype = param.dtype(), .device = param.device()});
     }
-  }
-  m = m * beta1 + g * (1.0 - beta1);
-  v = v * beta2 + g * g * (1.0 - beta2);
-
-  const double t = static_cast<double>(state.step);
+    return it->second.is_contiguous() ? it->second : raw::contiguous(it->second);
+  };
+  const Tensor m = moment("exp_avg"), v = moment("exp_avg_sq");
+  const std::int64_t step = state.step + 1;
+  const double t = static_cast<double>(step);
   const double bias_correction1 = 1.0 - std::pow(beta1, t);
   const double bias_correction2 = 1.0 - std::pow(beta2, t);
-  const double step_size = lr / bias_correction1;
-  const Tensor denom = sqrt(v) / std::sqrt(bias_correction2) + options_.eps;
-  raw::copy(p - m / denom * step_size, param);
+  const Tensor p = param.is_contiguous() ? param : raw::contiguous(param);
+  // One primitive per parameter (core/ops.def, adamw_step): AdamW shrinks p by lr *
+  // weight_decay before the Adam step, Adam adds weight_decay * p to the gradient.
+  backend(param.device())
+      .adamw_step(p, raw::contiguous(grad), m, v, lr, beta1, beta2, options_.eps, weight_decay,
+                  decoupled_, bias_correction1, bias_correction2);
+  if (!p.is_same(param)) raw::copy(p, param);
+  // The state changes only once the step has gone through, so a step that throws leaves it as
+  // it was.
+  state.buffers["exp_avg"] = m;
+  state.buffers["exp_avg_sq"] = v;
+  state.step = step;
 }
 
 AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& options)

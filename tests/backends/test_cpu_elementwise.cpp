@@ -38,6 +38,8 @@ double element(const Tensor& t, std::int64_t at) {
       return static_cast<double>(reinterpret_cast<const std::int64_t*>(base)[at]);
     case DType::boolean:
       return reinterpret_cast<const bool*>(base)[at] ? 1.0 : 0.0;
+    case DType::bfloat16:
+      return static_cast<float>(reinterpret_cast<const bfloat16*>(base)[at]);
   }
   return 0;
 }
@@ -98,6 +100,8 @@ Tensor tensor_of(const std::vector<double>& v, const Shape& shape, DType dtype) 
       for (std::size_t i = 0; i < v.size(); ++i) w[i] = v[i] != 0;
       return from(w, shape);
     }
+    case DType::bfloat16:
+      break;
   }
   return {};
 }

@@ -1,0 +1,149 @@
+// CudaBackend::matmul: batched matrix products as one cublasGemmStridedBatchedEx call. A strided
+// operand is passed as it is whenever a GEMM can read it (row- or column-major per batch, a
+// batch stride of 0 for a broadcast operand); the rule is gemm_operand (core/gemm.h), shared
+// with the CPU backend, so both backends copy exactly the same layouts.
+//
+// cuBLAS is column-major and our tensors are row-major. A row-major [M, N] matrix C is the
+// column-major [N, M] matrix C^T with the same bytes, and C = A B is C^T = B^T A^T. So cuBLAS
+// computes C^T with B in the first operand slot and A in the second: m = N, n = M, k = K, and
+// each operand's transpose flag is the opposite of what a row-major BLAS would be told.
+//
+// dtypes and math: float64 on CUBLAS_COMPUTE_64F; float32 on CUBLAS_COMPUTE_32F in exact mode, or
+// rounding its inputs to TF32 or bfloat16 on tensor cores when math_mode() allows it; bfloat16
+// inputs and outputs on tensor cores with float32 accumulation.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "backends/cuda/check.h"
+#include "backends/cuda/cuda_backend.h"
+#include "core/error.h"
+#include "core/gemm.h"
+
+namespace tinyformer::cuda {
+
+namespace {
+
+// One operand, packed if gemm_operand says no GEMM can read it. `data` points at batch 0.
+struct Prepared {
+  Tensor storage;  // keeps a packed copy alive until the GEMM is queued
+  GemmOperand layout;
+  const void* data = nullptr;
+};
+
+Prepared prepare(const Tensor& t) {
+  Prepared p{t, gemm_operand(t.shape(), t.strides()), t.data_ptr()};
+  if (!p.layout.copy) return p;
+  // A broadcast operand is one matrix: pack just that one.
+  const Tensor source =
+      p.layout.broadcast && t.size(0) > 1
+          ? raw::as_strided(t, {1, t.size(1), t.size(2)}, {0, t.stride(1), t.stride(2)}, t.offset())
+          : t;
+  Tensor packed = empty(source.shape(), {.dtype = t.dtype(), .device = t.device()});
+  raw::copy(source, packed);
+  p = {packed, gemm_operand(packed.shape(), packed.strides()), packed.data_ptr()};
+  TF_CHECK(!p.layout.copy, "matmul: internal error: a packed operand is not GEMM-readable");
+  return p;
+}
+
+int blas_int(std::int64_t v, const char* what) {
+  TF_CHECK(v <= INT_MAX, "matmul: ", what, " ", v, " exceeds what cuBLAS can index (", INT_MAX,
+           ")");
+  return static_cast<int>(v);
+}
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::float64:
+      return CUDA_R_64F;
+    case DType::bfloat16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+cublasComputeType_t compute_type(DType dtype) {
+  if (dtype == DType::float64) return CUBLAS_COMPUTE_64F;
+  if (dtype == DType::bfloat16) return CUBLAS_COMPUTE_32F;
+  switch (math_mode()) {
+    case MathMode::tf32:
+      return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case MathMode::bf16:
+      return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case MathMode::exact:
+      break;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
+void check_operands(const Tensor& a, const Tensor& b, const Tensor& out) {
+  TF_CHECK(a.defined() && b.defined() && out.defined(),
+           "matmul: expected defined a, b and out, got an undefined Tensor");
+  TF_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3,
+           "matmul: expected a [B, M, K], b [B, K, N] and out [B, M, N], got ",
+           shape_str(a.shape()), ", ", shape_str(b.shape()), " and ", shape_str(out.shape()));
+  const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  TF_CHECK((a.size(0) == batch || a.size(0) == 1) && (b.size(0) == batch || b.size(0) == 1) &&
+               a.size(1) == m && b.size(1) == k && b.size(2) == n,
+           "matmul: shapes do not match: ", shape_str(a.shape()), " @ ", shape_str(b.shape()),
+           " into ", shape_str(out.shape()));
+  TF_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype() && is_floating(a.dtype()),
+           "matmul: expected float32, float64 or bfloat16 operands of one dtype, got ", a.dtype(),
+           ", ", b.dtype(), " and ", out.dtype());
+  TF_CHECK(out.device().is_cuda() && a.device() == out.device() && b.device() == out.device(),
+           "matmul: the CUDA backend expected a, b and out on one GPU, got ", a.device(), ", ",
+           b.device(), " and ", out.device());
+  TF_CHECK(out.numel() == 0 || out.is_contiguous(),
+           "matmul: expected a contiguous out, got strides ", shape_str(out.strides()));
+  TF_CHECK(out.storage() != a.storage() && out.storage() != b.storage(),
+           "matmul: out shares memory with an input");
+}
+
+}  // namespace
+
+// a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N].
+void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_operands(a, b, out);
+  const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  if (out.numel() == 0) return;
+  const std::size_t matrix_bytes = static_cast<std::size_t>(m * n) * element_size(out.dtype());
+  if (k == 0) {  // an empty sum: every element is 0 (all-zero bits in every float type)
+    TF_CUDA_CHECK("matmul", cudaMemsetAsync(out.data_ptr(), 0, matrix_bytes * batch, stream()));
+    return;
+  }
+  const Prepared pa = prepare(a), pb = prepare(b);
+  // When both operands are broadcast every output matrix is the same: compute one, copy it.
+  const std::int64_t runs = pa.layout.broadcast && pb.layout.broadcast ? 1 : batch;
+
+  const DType dtype = out.dtype();
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const double one_d = 1.0, zero_d = 0.0;
+  const bool f64 = dtype == DType::float64;
+  const cudaDataType_t type = cuda_type(dtype);
+  // C^T [N, M] (ldc N) = op(B) [N, K] * op(A) [K, M]: a row-major operand is its own transpose
+  // in column-major terms (no flag); a column-major one needs the T flag.
+  TF_CUBLAS_CHECK(
+      "matmul",
+      cublasGemmStridedBatchedEx(
+          cublas(), pb.layout.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
+          pa.layout.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, blas_int(n, "N"), blas_int(m, "M"),
+          blas_int(k, "K"), f64 ? static_cast<const void*>(&one_d) : &one_f, pb.data, type,
+          blas_int(pb.layout.ld, "leading dimension"), pb.layout.batch_stride, pa.data, type,
+          blas_int(pa.layout.ld, "leading dimension"), pa.layout.batch_stride,
+          f64 ? static_cast<const void*>(&zero_d) : &zero_f, out.data_ptr(), type, blas_int(n, "N"),
+          m * n, blas_int(runs, "batch count"), compute_type(dtype), CUBLAS_GEMM_DEFAULT));
+  // Copies the first matrix to the others, doubling the filled prefix each time.
+  auto* base = static_cast<char*>(out.data_ptr());
+  for (std::int64_t filled = runs; filled < batch;) {
+    const std::int64_t count = std::min(filled, batch - filled);
+    TF_CUDA_CHECK("matmul",
+                  cudaMemcpyAsync(base + filled * matrix_bytes, base, count * matrix_bytes,
+                                  cudaMemcpyDeviceToDevice, stream()));
+    filled += count;
+  }
+}
+
+}  // namespace tinyformer::cuda

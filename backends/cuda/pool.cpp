@@ -1,0 +1,121 @@
+// CudaBackend::pool1d and pool1d_backward on cuDNN: average or max pooling over full windows of
+// a contiguous [B, C, L] tensor (no padding; Lout = (L - kernel) / stride + 1), as on the CPU
+// (backends/cpu/pool.cpp). The 1-D problem is cuDNN's 2-D one with a height of 1.
+//
+// Max pooling uses CUDNN_POOLING_MAX_DETERMINISTIC, so that overlapping windows (stride <
+// kernel) add their gradients in a fixed order, and CUDNN_PROPAGATE_NAN, so that a NaN in a
+// window comes out as NaN like on the CPU. Its backward routes each window's gradient to one
+// maximum, found again by comparing x with the pooled output; the parity tests hold its choice
+// among tied maxima against the CPU's (the first one).
+#include <algorithm>
+#include <cstdint>
+
+#include "backends/cuda/check.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cudnn_context.h"
+#include "core/error.h"
+
+namespace tinyformer::cuda {
+
+namespace {
+
+void check_tensor(const Tensor& t, const char* op, const char* name, const Shape& shape,
+                  DType dtype, Device device) {
+  TF_CHECK(t.defined(), op, ": expected a defined ", name, ", got an undefined Tensor");
+  TF_CHECK(t.shape() == shape, op, ": expected ", name, " of shape ", shape_str(shape), ", got ",
+           shape_str(t.shape()));
+  TF_CHECK(t.dtype() == dtype, op, ": expected ", name, " of dtype ", dtype, ", got ", t.dtype());
+  TF_CHECK(t.device() == device, op, ": expected ", name, " on ", device, ", got ", t.device());
+  TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
+           shape_str(t.strides()));
+}
+
+// x: [B, C, L]; returns Lout after checking x, kernel and stride.
+std::int64_t pool_out_length(const char* op, const Tensor& x, std::int64_t kernel,
+                             std::int64_t stride) {
+  TF_CHECK(x.defined(), op, ": expected a defined x, got an undefined Tensor");
+  TF_CHECK(x.dim() == 3, op, ": expected x of shape [B, C, L], got ", shape_str(x.shape()));
+  TF_CHECK(is_floating(x.dtype()), op, ": expected float32, float64 or bfloat16, got ", x.dtype());
+  TF_CHECK(x.device().is_cuda(), op, ": the CUDA backend got x on ", x.device());
+  check_tensor(x, op, "x", x.shape(), x.dtype(), x.device());
+  TF_CHECK(kernel >= 1 && stride >= 1, op, ": expected kernel >= 1 and stride >= 1, got kernel ",
+           kernel, " and stride ", stride);
+  TF_CHECK(x.size(2) >= kernel, op, ": the kernel (", kernel, ") is longer than the input (",
+           x.size(2), ")");
+  return (x.size(2) - kernel) / stride + 1;
+}
+
+// The descriptors of one pooling problem: x [B, C, 1, L], y [B, C, 1, Lout], the window.
+struct PoolProblem {
+  TensorDescriptor x, y;
+  PoolingDescriptor pool;
+
+  PoolProblem(PoolKind kind, const Tensor& input, std::int64_t kernel, std::int64_t stride,
+              std::int64_t out_length, const char* op)
+      : x(op), y(op), pool(op) {
+    const std::int64_t b = input.size(0), c = input.size(1);
+    describe_ncw(x, input.dtype(), b, c, input.size(2), op);
+    describe_ncw(y, input.dtype(), b, c, out_length, op);
+    // kernel <= L and stride fit in int once describe_ncw has accepted L; a larger stride only
+    // ever yields one window, as does stride = L.
+    const int window = static_cast<int>(kernel);
+    const int step = static_cast<int>(std::min<std::int64_t>(stride, input.size(2)));
+    // No padding, so "include padding" is the plain average over the full window.
+    const cudnnPoolingMode_t mode = kind == PoolKind::max
+                                        ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                        : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+    TF_CUDNN_CHECK(op, cudnnSetPooling2dDescriptor(pool.get(), mode, CUDNN_PROPAGATE_NAN, 1, window,
+                                                   0, 0, 1, step));
+    int n = 0, ch = 0, h = 0, l = 0;
+    TF_CUDNN_CHECK(op, cudnnGetPooling2dForwardOutputDim(pool.get(), x.get(), &n, &ch, &h, &l));
+    TF_CHECK(n == b && ch == c && h == 1 && l == out_length, op,
+             ": internal error: cuDNN pools to [", n, ", ", ch, ", ", h, ", ", l, "], expected [",
+             b, ", ", c, ", 1, ", out_length, "]");
+  }
+};
+
+}  // namespace
+
+// x: [B, C, L], out: [B, C, Lout]
+void CudaBackend::pool1d(PoolKind kind, const Tensor& x, std::int64_t kernel, std::int64_t stride,
+                         const Tensor& out) {
+  const char* op = kind == PoolKind::max ? "max_pool1d" : "avg_pool1d";
+  const std::int64_t out_length = pool_out_length(op, x, kernel, stride);
+  check_tensor(out, op, "out", {x.size(0), x.size(1), out_length}, x.dtype(), x.device());
+  TF_CHECK(out.storage() != x.storage(), op, ": out shares memory with x");
+  if (out.numel() == 0) return;  // cuDNN rejects a zero-sized batch or channel count
+  const PoolProblem p(kind, x, kernel, stride, out_length, op);
+  TF_CUDNN_CHECK(
+      op, cudnnPoolingForward(cudnn(), p.pool.get(), cudnn_one(x.dtype()), p.x.get(), x.data_ptr(),
+                              cudnn_zero(x.dtype()), p.y.get(), out.data_ptr()));
+}
+
+// grad: [B, C, Lout], x: [B, C, L] (the forward's input), grad_x: [B, C, L]
+void CudaBackend::pool1d_backward(PoolKind kind, const Tensor& grad, const Tensor& x,
+                                  std::int64_t kernel, std::int64_t stride, const Tensor& grad_x) {
+  const char* op = kind == PoolKind::max ? "max_pool1d_backward" : "avg_pool1d_backward";
+  const std::int64_t out_length = pool_out_length(op, x, kernel, stride);
+  const DType dtype = x.dtype();
+  check_tensor(grad, op, "grad", {x.size(0), x.size(1), out_length}, dtype, x.device());
+  check_tensor(grad_x, op, "grad_x", x.shape(), dtype, x.device());
+  TF_CHECK(grad_x.storage() != x.storage() && grad_x.storage() != grad.storage(), op,
+           ": grad_x shares memory with an input");
+  if (grad_x.numel() == 0) return;
+  const PoolProblem p(kind, x, kernel, stride, out_length, op);
+  // cuDNN's backward takes the forward's output y: max pooling finds each window's maximum by
+  // comparing x with y, so y is pooled again here (the op's inputs are the CPU's: grad and x).
+  // Average pooling reads neither x nor y; grad stands in for y (same shape, never written).
+  Tensor y = grad;
+  if (kind == PoolKind::max) {
+    y = empty(grad.shape(), {.dtype = dtype, .device = x.device()});
+    TF_CUDNN_CHECK(
+        op, cudnnPoolingForward(cudnn(), p.pool.get(), cudnn_one(dtype), p.x.get(), x.data_ptr(),
+                                cudnn_zero(dtype), p.y.get(), y.data_ptr()));
+  }
+  TF_CUDNN_CHECK(
+      op, cudnnPoolingBackward(cudnn(), p.pool.get(), cudnn_one(dtype), p.y.get(), y.data_ptr(),
+                               p.y.get(), grad.data_ptr(), p.x.get(), x.data_ptr(),
+                               cudnn_zero(dtype), p.x.get(), grad_x.data_ptr()));
+}
+
+}  // namespace tinyformer::cuda

@@ -1,0 +1,280 @@
+// CudaBackend::softmax and softmax_backward: (log-)softmax over the last dim of a contiguous
+// [R, C] tensor, and its gradient.
+//
+// Rows of up to 1024 elements take one warp each and live in that warp's registers: one read of
+// x, one write of y, and the row's max and sum are warp shuffles (no shared memory, no
+// __syncthreads). Longer rows take one block each and are read three times (max, sum, write);
+// they are L2-resident between the passes. bfloat16 is computed in float32, float64 in double.
+// Rows of -inf (fully masked) become NaN, as on the CPU: -inf - max is NaN.
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/strided.cuh"
+
+namespace tinyformer::cuda {
+
+namespace {
+
+constexpr int kWarpRowMax = 1024;  // the longest row one warp holds in registers
+constexpr int kRowsPerBlock = 4;   // warps (rows) per block of the warp-per-row kernels
+constexpr int kRowBlock = 512;     // threads per block of the block-per-row kernels
+
+// The library functions in the precision of A (expf for float: within 2 ulp, no fast-math).
+__device__ inline float exp_of(float v) {
+  return expf(v);
+}
+__device__ inline double exp_of(double v) {
+  return ::exp(v);
+}
+__device__ inline float log_of(float v) {
+  return logf(v);
+}
+__device__ inline double log_of(double v) {
+  return ::log(v);
+}
+
+// The max over the block, returned to every thread, with the CPU's comparison (a NaN never
+// wins; it poisons the row through the sum instead). `scratch` holds 32 values in shared memory;
+// blockDim.x must be a multiple of 32.
+template <typename A>
+__device__ inline A block_row_max(A v, A* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_max(v);
+  __syncthreads();  // scratch may still be read by a previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x / 32;
+  v = lane < warps ? scratch[lane] : -std::numeric_limits<A>::infinity();
+  return warp_max(v);
+}
+
+// --- one warp per row (C <= 1024) ---
+
+// y = softmax(x) or log_softmax(x) per row. Lane l holds columns l, l + 32, ..., l + 32 (kItems
+// - 1), so each load is one coalesced 32-element access; columns past C are padding (-inf for
+// the max, skipped in the sum). y may be x.
+// x, y: [R, C], C <= 32 kItems
+template <typename T, int kItems>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    softmax_warp_kernel(const T* x, T* y, std::int64_t rows, int cols, bool log) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x % 32;
+  // Every lane of a warp has the same row, so the loop keeps all 32 lanes together for the
+  // full-mask shuffles.
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+       r < rows; r += static_cast<std::int64_t>(gridDim.x) * kRowsPerBlock) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    A v[kItems];
+    A m = -std::numeric_limits<A>::infinity();
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int c = lane + 32 * k;
+      v[k] = c < cols ? to_acc(xr[c]) : -std::numeric_limits<A>::infinity();
+      m = v[k] > m ? v[k] : m;
+    }
+    // Subtracting the row max keeps exp() from overflowing; it cancels in the ratio.
+    m = warp_max(m);
+    A sum = 0;
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      if (lane + 32 * k < cols) {
+        const A e = exp_of(v[k] - m);
+        sum += e;
+        if (!log) v[k] = e;
+      }
+    }
+    sum = warp_sum(sum);
+    const A shift = m + log_of(sum), inv = A(1) / sum;
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int c = lane + 32 * k;
+      if (c < cols) yr[c] = from_acc<T>(log ? v[k] - shift : v[k] * inv);
+    }
+  }
+}
+
+// softmax:     dx = y * (g - sum(g * y))
+// log_softmax: dx = g - exp(y) * sum(g)
+// y, g, dx: [R, C], C <= 32 kItems (dx may be y or g)
+template <typename T, int kItems>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    softmax_backward_warp_kernel(const T* y, const T* g, T* dx, std::int64_t rows, int cols,
+                                 bool log) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x % 32;
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+       r < rows; r += static_cast<std::int64_t>(gridDim.x) * kRowsPerBlock) {
+    const T* yr = y + r * cols;
+    const T* gr = g + r * cols;
+    T* dr = dx + r * cols;
+    A yv[kItems], gv[kItems];
+    A dot = 0;
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int c = lane + 32 * k;
+      yv[k] = c < cols ? to_acc(yr[c]) : A(0);
+      gv[k] = c < cols ? to_acc(gr[c]) : A(0);
+      dot += log ? gv[k] : gv[k] * yv[k];
+    }
+    dot = warp_sum(dot);
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int c = lane + 32 * k;
+      if (c < cols) {
+        dr[c] = from_acc<T>(log ? gv[k] - exp_of(yv[k]) * dot : yv[k] * (gv[k] - dot));
+      }
+    }
+  }
+}
+
+// --- one block per row (C > 1024) ---
+
+// As softmax_warp_kernel, with the row read from global memory once per pass. y may be x: each
+// thread reads an element before it writes it.
+// x, y: [R, C]
+template <typename T>
+__global__ void __launch_bounds__(kRowBlock)
+    softmax_block_kernel(const T* x, T* y, std::int64_t rows, std::int64_t cols, bool log) {
+  using A = acc_t<T>;
+  __shared__ A scratch[32];
+  // The row is the same for the whole block, so every thread reaches the block reductions.
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    A m = -std::numeric_limits<A>::infinity();
+    for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const A v = to_acc(xr[c]);
+      m = v > m ? v : m;
+    }
+    m = block_row_max(m, scratch);
+    A sum = 0;
+    for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += exp_of(to_acc(xr[c]) - m);
+    sum = block_sum(sum, scratch);
+    const A shift = m + log_of(sum), inv = A(1) / sum;
+    for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const A v = to_acc(xr[c]);
+      yr[c] = from_acc<T>(log ? v - shift : exp_of(v - m) * inv);
+    }
+  }
+}
+
+// As softmax_backward_warp_kernel, one block per row.
+// y, g, dx: [R, C]
+template <typename T>
+__global__ void __launch_bounds__(kRowBlock)
+    softmax_backward_block_kernel(const T* y, const T* g, T* dx, std::int64_t rows,
+                                  std::int64_t cols, bool log) {
+  using A = acc_t<T>;
+  __shared__ A scratch[32];
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* yr = y + r * cols;
+    const T* gr = g + r * cols;
+    T* dr = dx + r * cols;
+    A dot = 0;
+    for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const A gv = to_acc(gr[c]);
+      dot += log ? gv : gv * to_acc(yr[c]);
+    }
+    dot = block_sum(dot, scratch);
+    for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const A yv = to_acc(yr[c]), gv = to_acc(gr[c]);
+      dr[c] = from_acc<T>(log ? gv - exp_of(yv) * dot : yv * (gv - dot));
+    }
+  }
+}
+
+// --- launching ---
+
+// Calls f(std::integral_constant<int, K>{}) for the smallest K in {1, 2, 4, ..., 32} with
+// 32 K >= cols: the registers per lane a warp-per-row kernel needs. cols <= kWarpRowMax.
+template <typename F>
+void with_items(std::int64_t cols, F&& f) {
+  if (cols <= 32) {
+    f(std::integral_constant<int, 1>{});
+  } else if (cols <= 64) {
+    f(std::integral_constant<int, 2>{});
+  } else if (cols <= 128) {
+    f(std::integral_constant<int, 4>{});
+  } else if (cols <= 256) {
+    f(std::integral_constant<int, 8>{});
+  } else if (cols <= 512) {
+    f(std::integral_constant<int, 16>{});
+  } else {
+    f(std::integral_constant<int, 32>{});
+  }
+}
+
+// Every tensor must be a contiguous [R, C] CUDA tensor of the first one's shape and one floating
+// dtype.
+void check_rows(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor& first = **tensors.begin();
+  for (const Tensor* t : tensors) {
+    TF_CHECK(t->defined(), op, ": expected defined tensors, got an undefined Tensor");
+    TF_CHECK(t->dim() == 2, op, ": expected [R, C] tensors, got shape ", shape_str(t->shape()));
+    TF_CHECK(t->shape() == first.shape(), op, ": shapes differ: ", shape_str(first.shape()),
+             " and ", shape_str(t->shape()));
+    TF_CHECK(t->dtype() == first.dtype() && is_floating(t->dtype()), op,
+             ": expected float32, float64 or bfloat16 tensors of one dtype, got ", first.dtype(),
+             " and ", t->dtype());
+    TF_CHECK(t->device().is_cuda(), op, ": the CUDA backend got a tensor on ", t->device());
+    TF_CHECK(t->is_contiguous(), op, ": expected contiguous tensors, got strides ",
+             shape_str(t->strides()), " for shape ", shape_str(t->shape()));
+  }
+}
+
+}  // namespace
+
+// x, out: [R, C]
+void CudaBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
+  const char* op = log ? "log_softmax" : "softmax";
+  check_rows(op, {&x, &out});
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  if (x.numel() == 0) return;
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = device_data<T>(x);
+    T* yp = device_data<T>(out);
+    if (cols <= kWarpRowMax) {
+      with_items(cols, [&](auto items) {
+        softmax_warp_kernel<T, decltype(items)::value>
+            <<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * 32, 0, stream()>>>(
+                xp, yp, rows, static_cast<int>(cols), log);
+      });
+    } else {
+      softmax_block_kernel<T>
+          <<<grid_for(rows, 1), kRowBlock, 0, stream()>>>(xp, yp, rows, cols, log);
+    }
+    TF_CUDA_CHECK_LAUNCH(op);
+  });
+}
+
+// y (the forward's output), grad, out: [R, C]
+void CudaBackend::softmax_backward(const Tensor& y, const Tensor& grad, bool log,
+                                   const Tensor& out) {
+  const char* op = log ? "log_softmax_backward" : "softmax_backward";
+  check_rows(op, {&y, &grad, &out});
+  const std::int64_t rows = y.size(0), cols = y.size(1);
+  if (y.numel() == 0) return;
+  dispatch_floating(y.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* yp = device_data<T>(y);
+    const T* gp = device_data<T>(grad);
+    T* dp = device_data<T>(out);
+    if (cols <= kWarpRowMax) {
+      with_items(cols, [&](auto items) {
+        softmax_backward_warp_kernel<T, decltype(items)::value>
+            <<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * 32, 0, stream()>>>(
+                yp, gp, dp, rows, static_cast<int>(cols), log);
+      });
+    } else {
+      softmax_backward_block_kernel<T>
+          <<<grid_for(rows, 1), kRowBlock, 0, stream()>>>(yp, gp, dp, rows, cols, log);
+    }
+    TF_CUDA_CHECK_LAUNCH(op);
+  });
+}
+
+}  // namespace tinyformer::cuda

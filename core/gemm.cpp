@@ -1,0 +1,55 @@
+// gemm_operand (core/gemm.h): which strided operands a GEMM reads as they are.
+#include "core/gemm.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tinyformer {
+
+namespace {
+
+// True when no two elements of the layout share an address (sizes of 1 are ignored).
+bool non_overlapping(const Shape& dims, const Shape& strides) {
+  std::vector<std::size_t> order;
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] > 1) order.push_back(d);
+  }
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t x, std::size_t y) { return strides[x] > strides[y]; });
+  for (std::size_t i = 0; i + 1 < order.size(); ++i) {
+    if (strides[order[i]] < strides[order[i + 1]] * dims[order[i + 1]]) return false;
+  }
+  return order.empty() || strides[order.back()] > 0;
+}
+
+}  // namespace
+
+GemmOperand gemm_operand(const Shape& shape, const Shape& strides) {
+  TF_CHECK(shape.size() == 3 && strides.size() == 3, "matmul: expected a [batch, rows, cols] ",
+           "operand, got shape ", shape_str(shape), " with strides ", shape_str(strides));
+  const std::int64_t batch = shape[0], rows = shape[1], cols = shape[2];
+  const std::int64_t rs = strides[1], cs = strides[2];
+  GemmOperand op;
+  op.broadcast = batch == 1 || strides[0] == 0;
+  op.batch_stride = op.broadcast ? 0 : strides[0];
+  // A stride only matters along a dimension longer than 1; the leading dimension must cover the
+  // other dimension so that rows (or columns) do not overlap, and be at least 1 for BLAS.
+  if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= std::max<std::int64_t>(cols, 1))) {
+    op.ld = rows <= 1 ? std::max<std::int64_t>(cols, 1) : rs;
+  } else if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= std::max<std::int64_t>(rows, 1))) {
+    op.transposed = true;
+    op.ld = cols <= 1 ? std::max<std::int64_t>(rows, 1) : cs;
+  } else {
+    op.copy = true;
+    return op;
+  }
+  if (!op.broadcast) {
+    const Shape norm = {op.batch_stride, op.transposed ? 1 : op.ld, op.transposed ? op.ld : 1};
+    op.copy = !non_overlapping(shape, norm);
+  }
+  return op;
+}
+
+}  // namespace tinyformer

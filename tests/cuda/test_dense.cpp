@@ -1,0 +1,584 @@
+// CUDA parity for the dense ops against the CPU backend: matmul (cuBLAS) with every operand
+// layout and odd sizes, float32 in each math mode, float64 and bfloat16; conv1d and pool1d
+// (cuDNN), forward and backward, odd lengths, strides and paddings, each gradient optional; and
+// the fused Adam/AdamW step over several steps. The CPU backend has no bfloat16 products, so a
+// bfloat16 case compares with the CPU's float32 result on the same (bfloat16-rounded) inputs.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/tensor.h"
+#include "parity.h"
+
+#ifdef TINYFORMER_CUDA_BACKEND
+#include "backends/cuda/cuda_backend.h"
+#endif
+
+namespace {
+
+using namespace tinyformer;
+using namespace tinyformer::parity;
+
+TF_PARITY_COVERS(matmul);
+TF_PARITY_COVERS(conv1d);
+TF_PARITY_COVERS(conv1d_backward);
+TF_PARITY_COVERS(pool1d);
+TF_PARITY_COVERS(pool1d_backward);
+TF_PARITY_COVERS(adamw_step);
+
+struct Tolerance {
+  double rtol, atol;
+};
+
+// A GPU tensor's values as a float32 host tensor (for bfloat16 results).
+Tensor host_float32(const Tensor& t) {
+  return raw::to_dtype(raw::to_device(t, Device::cpu()), DType::float32);
+}
+
+// The CPU's inputs of a case: float32 copies of bfloat16 values, the tensor itself otherwise.
+Tensor cpu_input(const Tensor& t) {
+  return t.defined() && t.dtype() == DType::bfloat16 ? raw::to_dtype(t, DType::float32) : t;
+}
+
+// A CPU output for a case in `dtype` (float32 where the GPU computes bfloat16).
+Tensor cpu_output(const Shape& shape, DType dtype) {
+  return full(shape, std::nan(""), {.dtype = dtype == DType::bfloat16 ? DType::float32 : dtype});
+}
+
+void compare(const Tensor& cuda, const Tensor& cpu, const std::string& what, Tolerance tol) {
+  if (cuda.dtype() == DType::bfloat16) {
+    check_close(host_float32(cuda), cpu, what, tol.rtol, tol.atol);
+  } else {
+    check_close(cuda, cpu, what, tol.rtol, tol.atol);
+  }
+}
+
+std::string dtype_str(DType dtype) {
+  return dtype_name(dtype);
+}
+
+// ============================== matmul ==============================
+
+// How a [B, R, C] operand lies in memory.
+enum class Operand { contiguous, transposed, rows, every_other, broadcast, permuted };
+constexpr Operand kOperands[] = {Operand::contiguous,  Operand::transposed, Operand::rows,
+                                 Operand::every_other, Operand::broadcast,  Operand::permuted};
+
+const char* operand_name(Operand o) {
+  switch (o) {
+    case Operand::contiguous:
+      return "contiguous";
+    case Operand::transposed:
+      return "transposed";
+    case Operand::rows:
+      return "rows of a wider matrix";
+    case Operand::every_other:
+      return "every other column";
+    case Operand::broadcast:
+      return "broadcast batch";
+    case Operand::permuted:
+      return "permuted";
+  }
+  return "?";
+}
+
+// A [b, r, c] operand laid out as `o`, with the same values and strides on both devices.
+Pair operand(Operand o, std::int64_t b, std::int64_t r, std::int64_t c, DType dtype,
+             std::uint64_t seed) {
+  switch (o) {
+    case Operand::contiguous:
+      return make_pair({b, r, c}, dtype, Layout::contiguous, seed);
+    case Operand::transposed:  // column-major per batch: cuBLAS's transpose flag
+      return make_pair({b, r, c}, dtype, Layout::transposed, seed);
+    case Operand::rows: {  // a leading dimension of c + 5, starting at column 2
+      const Pair wide = make_pair({b, r, c + 5}, dtype, Layout::contiguous, seed);
+      return {wide.cpu.narrow(2, 2, c), wide.cuda.narrow(2, 2, c)};
+    }
+    case Operand::every_other:  // column stride 2: no GEMM reads it, it is packed first
+      return make_pair({b, r, c}, dtype, Layout::sliced, seed);
+    case Operand::broadcast:  // batch stride 0
+      return make_pair({b, r, c}, dtype, Layout::broadcast, seed);
+    case Operand::permuted: {  // stored [r, b, c], as after swapping the first two dims
+      const Pair p = make_pair({r, b, c}, dtype, Layout::contiguous, seed);
+      return {p.cpu.transpose(0, 1), p.cuda.transpose(0, 1)};
+    }
+  }
+  return {};
+}
+
+void check_matmul(const Pair& a, const Pair& b, DType dtype, Tolerance tol,
+                  const std::string& what) {
+  const Shape out_shape = {std::max(a.cpu.size(0), b.cpu.size(0)), a.cpu.size(1), b.cpu.size(2)};
+  const Pair out = make_output(out_shape, dtype);
+  const Tensor ref = cpu_output(out_shape, dtype);
+  cuda_be().matmul(a.cuda, b.cuda, out.cuda);
+  cpu_be().matmul(cpu_input(a.cpu), cpu_input(b.cpu), ref);
+  compare(out.cuda, ref, what, tol);
+}
+
+struct MatmulShape {
+  std::int64_t batch, m, k, n;
+};
+constexpr MatmulShape kMatmulShapes[] = {{1, 1, 1, 1},    {3, 7, 33, 1},   {2, 33, 7, 129},
+                                         {1, 129, 33, 7}, {4, 7, 129, 33}, {2, 1, 7, 33}};
+
+// float32 in exact mode: the CPU and cuBLAS sum up to 129 products in different orders.
+constexpr Tolerance kMatmulF32{1e-5, 1e-5};
+
+std::string matmul_what(Operand oa, Operand ob, const MatmulShape& s, DType dtype) {
+  return "matmul " + dtype_str(dtype) + " [" + std::to_string(s.batch) + ", " +
+         std::to_string(s.m) + ", " + std::to_string(s.k) + "] @ [" + std::to_string(s.k) + ", " +
+         std::to_string(s.n) + "], a " + operand_name(oa) + ", b " + operand_name(ob);
+}
+
+}  // namespace
+
+TEST_CASE("cuda matmul: every layout of a and b, odd sizes, float32") {
+  if (!gpu()) return;
+  std::uint64_t seed = 1;
+  for (const MatmulShape& s : kMatmulShapes) {
+    for (Operand oa : kOperands) {
+      for (Operand ob : kOperands) {
+        const Pair a = operand(oa, s.batch, s.m, s.k, DType::float32, seed++);
+        const Pair b = operand(ob, s.batch, s.k, s.n, DType::float32, seed++);
+        check_matmul(a, b, DType::float32, kMatmulF32, matmul_what(oa, ob, s, DType::float32));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda matmul: float64 and bfloat16, each layout of a and of b") {
+  if (!gpu()) return;
+  std::uint64_t seed = 1000;
+  for (DType dtype : {DType::float64, DType::bfloat16}) {
+    // float64 at the harness's 1e-12; bfloat16 rounds only its output (the products of
+    // bfloat16 values are exact in float32 and accumulate in float32).
+    const Tolerance tol = dtype == DType::float64 ? Tolerance{1e-12, 1e-12} : Tolerance{1e-2, 1e-2};
+    for (const MatmulShape& s : kMatmulShapes) {
+      for (Operand o : kOperands) {
+        const Pair a = operand(o, s.batch, s.m, s.k, dtype, seed++);
+        const Pair a0 = operand(Operand::contiguous, s.batch, s.m, s.k, dtype, seed++);
+        const Pair b = operand(o, s.batch, s.k, s.n, dtype, seed++);
+        const Pair b0 = operand(Operand::contiguous, s.batch, s.k, s.n, dtype, seed++);
+        check_matmul(a, b0, dtype, tol, matmul_what(o, Operand::contiguous, s, dtype));
+        check_matmul(a0, b, dtype, tol, matmul_what(Operand::contiguous, o, s, dtype));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda matmul: a batch of one against many, both broadcast, a large odd product") {
+  if (!gpu()) return;
+  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16}) {
+    const Tolerance tol = dtype == DType::float32   ? kMatmulF32
+                          : dtype == DType::float64 ? Tolerance{1e-12, 1e-12}
+                                                    : Tolerance{1e-2, 1e-2};
+    INFO(dtype_str(dtype));
+    // a: [1, M, K] with b: [5, K, N], and the reverse.
+    check_matmul(make_pair({1, 7, 33}, dtype, Layout::contiguous, 1),
+                 make_pair({5, 33, 9}, dtype, Layout::transposed, 2), dtype, tol,
+                 "a batch of one @ a batch of five");
+    check_matmul(make_pair({5, 7, 33}, dtype, Layout::contiguous, 3),
+                 make_pair({1, 33, 9}, dtype, Layout::contiguous, 4), dtype, tol,
+                 "a batch of five @ a batch of one");
+    // Both operands broadcast: one product, copied into each of the 6 batches.
+    check_matmul(make_pair({6, 7, 33}, dtype, Layout::broadcast, 5),
+                 make_pair({6, 33, 9}, dtype, Layout::broadcast, 6), dtype, tol, "both broadcast");
+  }
+  // A product well past one tile in every dim, none a multiple of a tile.
+  const double k = 67.0;
+  check_matmul(make_pair({2, 1031, 67}, DType::float32, Layout::contiguous, 7),
+               make_pair({2, 67, 257}, DType::float32, Layout::transposed, 8), DType::float32,
+               {1e-5, 1e-6 * k}, "[2, 1031, 67] @ [2, 67, 257]");
+}
+
+TEST_CASE("cuda matmul: empty dims and an empty sum") {
+  if (!gpu()) return;
+  for (const Shape& a_shape : {Shape{2, 0, 5}, Shape{0, 3, 5}}) {
+    const Pair a = make_pair(a_shape, DType::float32, Layout::contiguous, 1);
+    const Pair b = make_pair({a_shape[0], 5, 4}, DType::float32, Layout::contiguous, 2);
+    const Pair out = make_output({a_shape[0], a_shape[1], 4}, DType::float32);
+    cuda_be().matmul(a.cuda, b.cuda, out.cuda);
+    CHECK(out.cuda.numel() == 0);
+  }
+  // K = 0: every element is an empty sum, 0.
+  const Pair a = make_pair({3, 4, 0}, DType::float32, Layout::contiguous, 3);
+  const Pair b = make_pair({3, 0, 6}, DType::float32, Layout::contiguous, 4);
+  const Pair out = make_output({3, 4, 6}, DType::float32);
+  cuda_be().matmul(a.cuda, b.cuda, out.cuda);
+  cpu_be().matmul(a.cpu, b.cpu, out.cpu);
+  check_close(out, "K = 0");
+}
+
+#ifdef TINYFORMER_CUDA_BACKEND
+namespace {
+// Sets the CUDA math mode for one scope.
+struct MathModeScope {
+  cuda::MathMode saved = cuda::math_mode();
+  explicit MathModeScope(cuda::MathMode mode) { cuda::set_math_mode(mode); }
+  ~MathModeScope() { cuda::set_math_mode(saved); }
+  MathModeScope(const MathModeScope&) = delete;
+  MathModeScope& operator=(const MathModeScope&) = delete;
+};
+}  // namespace
+
+TEST_CASE("cuda matmul: float32 through TF32 and bfloat16 tensor cores, looser tolerances") {
+  if (!gpu()) return;
+  // TF32 keeps 10 mantissa bits of each input, bfloat16 7: each product is off by up to
+  // 2^-10 (2^-7) of its size, and up to 129 of them (values in [-1, 1)) add up.
+  struct Mode {
+    cuda::MathMode mode;
+    const char* name;
+    Tolerance tol;
+  };
+  for (const Mode& mode : {Mode{cuda::MathMode::tf32, "tf32", {1e-2, 2e-2}},
+                           Mode{cuda::MathMode::bf16, "bf16", {5e-2, 1.5e-1}}}) {
+    const MathModeScope scope(mode.mode);
+    std::uint64_t seed = 5000;
+    for (const MatmulShape& s : kMatmulShapes) {
+      for (Operand o : {Operand::contiguous, Operand::transposed, Operand::broadcast}) {
+        const Pair a = operand(o, s.batch, s.m, s.k, DType::float32, seed++);
+        const Pair b = operand(Operand::transposed, s.batch, s.k, s.n, DType::float32, seed++);
+        check_matmul(
+            a, b, DType::float32, mode.tol,
+            std::string(mode.name) + " " + matmul_what(o, Operand::transposed, s, DType::float32));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda conv1d: float32 through TF32 tensor cores") {
+  if (!gpu()) return;
+  const MathModeScope scope(cuda::MathMode::tf32);
+  const Pair x = make_pair({2, 16, 129}, DType::float32, Layout::contiguous, 1);
+  const Pair w = make_pair({8, 16, 5}, DType::float32, Layout::contiguous, 2);
+  const Pair out = make_output({2, 8, 127}, DType::float32);
+  cuda_be().conv1d(x.cuda, w.cuda, Tensor(), 1, 1, out.cuda);
+  cpu_be().conv1d(x.cpu, w.cpu, Tensor(), 1, 1, out.cpu);
+  check_close(out, "conv1d tf32", 1e-2, 2e-2);
+}
+#endif
+
+// ============================== conv1d ==============================
+
+namespace {
+
+struct ConvCase {
+  std::int64_t batch, c_in, length, c_out, kernel, stride, padding;
+  std::int64_t out_length() const { return (length + 2 * padding - kernel) / stride + 1; }
+  std::string str() const {
+    return "B=" + std::to_string(batch) + " Cin=" + std::to_string(c_in) +
+           " L=" + std::to_string(length) + " Cout=" + std::to_string(c_out) +
+           " K=" + std::to_string(kernel) + " stride=" + std::to_string(stride) +
+           " padding=" + std::to_string(padding);
+  }
+};
+
+constexpr ConvCase kConvCases[] = {
+    {1, 1, 1, 1, 1, 1, 0},     {2, 3, 7, 5, 3, 1, 1},  {3, 4, 33, 6, 5, 2, 2},
+    {2, 7, 129, 3, 4, 3, 0},   {1, 2, 10, 4, 3, 1, 5},  // padding wider than the kernel
+    {2, 3, 5, 4, 9, 4, 2},                              // kernel longer than x, one window
+    {2, 16, 1031, 8, 7, 2, 3},
+};
+
+// Different algorithms (implicit GEMM, FFT, Winograd) round differently from the CPU's loops.
+Tolerance conv_tolerance(DType dtype) {
+  if (dtype == DType::float64) return {1e-10, 1e-10};
+  if (dtype == DType::float32) return {1e-4, 1e-4};
+  return {3e-2, 5e-2};
+}
+
+}  // namespace
+
+TEST_CASE("cuda conv1d: forward with and without bias, odd lengths, strides and paddings") {
+  if (!gpu()) return;
+  std::uint64_t seed = 1;
+  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16}) {
+    for (const ConvCase& c : kConvCases) {
+      for (bool with_bias : {true, false}) {
+        const std::string what =
+            "conv1d " + dtype_str(dtype) + " " + c.str() + (with_bias ? " bias" : "");
+        const Pair x = make_pair({c.batch, c.c_in, c.length}, dtype, Layout::contiguous, seed++);
+        const Pair w = make_pair({c.c_out, c.c_in, c.kernel}, dtype, Layout::contiguous, seed++);
+        const Pair b = with_bias ? make_pair({c.c_out}, dtype, Layout::contiguous, seed++) : Pair{};
+        const Shape out_shape = {c.batch, c.c_out, c.out_length()};
+        const Pair out = make_output(out_shape, dtype);
+        const Tensor ref = cpu_output(out_shape, dtype);
+        cuda_be().conv1d(x.cuda, w.cuda, b.cuda, c.stride, c.padding, out.cuda);
+        cpu_be().conv1d(cpu_input(x.cpu), cpu_input(w.cpu), cpu_input(b.cpu), c.stride, c.padding,
+                        ref);
+        compare(out.cuda, ref, what, conv_tolerance(dtype));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda conv1d_backward: each of grad_x, grad_weight, grad_bias alone and together") {
+  if (!gpu()) return;
+  std::uint64_t seed = 100;
+  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16}) {
+    for (std::size_t i = 0; i < std::size(kConvCases); ++i) {
+      const ConvCase& c = kConvCases[i];
+      const Pair x = make_pair({c.batch, c.c_in, c.length}, dtype, Layout::contiguous, seed++);
+      const Pair w = make_pair({c.c_out, c.c_in, c.kernel}, dtype, Layout::contiguous, seed++);
+      const Pair g =
+          make_pair({c.batch, c.c_out, c.out_length()}, dtype, Layout::contiguous, seed++);
+      // Every subset of the three gradients on the small cases, all three on the others.
+      for (int mask = i < 3 ? 1 : 7; mask <= 7; ++mask) {
+        const bool want_x = mask & 1, want_w = mask & 2, want_b = mask & 4;
+        const std::string what =
+            "conv1d_backward " + dtype_str(dtype) + " " + c.str() + " mask " + std::to_string(mask);
+        const Pair gx = want_x ? make_output(x.cpu.shape(), dtype) : Pair{};
+        const Pair gw = want_w ? make_output(w.cpu.shape(), dtype) : Pair{};
+        const Pair gb = want_b ? make_output({c.c_out}, dtype) : Pair{};
+        const Tensor rx = want_x ? cpu_output(x.cpu.shape(), dtype) : Tensor();
+        const Tensor rw = want_w ? cpu_output(w.cpu.shape(), dtype) : Tensor();
+        const Tensor rb = want_b ? cpu_output({c.c_out}, dtype) : Tensor();
+        cuda_be().conv1d_backward(g.cuda, x.cuda, w.cuda, c.stride, c.padding, gx.cuda, gw.cuda,
+                                  gb.cuda);
+        cpu_be().conv1d_backward(cpu_input(g.cpu), cpu_input(x.cpu), cpu_input(w.cpu), c.stride,
+                                 c.padding, rx, rw, rb);
+        const Tolerance tol = conv_tolerance(dtype);
+        if (want_x) compare(gx.cuda, rx, what + " grad_x", tol);
+        if (want_w) compare(gw.cuda, rw, what + " grad_weight", tol);
+        if (want_b) compare(gb.cuda, rb, what + " grad_bias", tol);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda conv1d: empty problems (no input channels, an all-padding input, no batch)") {
+  if (!gpu()) return;
+  struct Empty {
+    Shape x, w;
+    std::int64_t padding;
+  };
+  for (const Empty& e : {Empty{{2, 0, 5}, {3, 0, 2}, 0}, Empty{{2, 3, 0}, {4, 3, 2}, 1},
+                         Empty{{0, 3, 6}, {4, 3, 2}, 0}}) {
+    const std::string what = "x " + shape_str(e.x) + " weight " + shape_str(e.w);
+    const Pair x = make_pair(e.x, DType::float32, Layout::contiguous, 1);
+    const Pair w = make_pair(e.w, DType::float32, Layout::contiguous, 2);
+    const Pair b = make_pair({e.w[0]}, DType::float32, Layout::contiguous, 3);
+    const std::int64_t out_length = (e.x[2] + 2 * e.padding - e.w[2]) + 1;
+    const Pair out = make_output({e.x[0], e.w[0], out_length}, DType::float32);
+    cuda_be().conv1d(x.cuda, w.cuda, b.cuda, 1, e.padding, out.cuda);
+    cpu_be().conv1d(x.cpu, w.cpu, b.cpu, 1, e.padding, out.cpu);
+    check_close(out, what + " forward");
+    const Pair g = make_pair({e.x[0], e.w[0], out_length}, DType::float32, Layout::contiguous, 4);
+    const Pair gx = make_output(e.x, DType::float32), gw = make_output(e.w, DType::float32),
+               gb = make_output({e.w[0]}, DType::float32);
+    cuda_be().conv1d_backward(g.cuda, x.cuda, w.cuda, 1, e.padding, gx.cuda, gw.cuda, gb.cuda);
+    cpu_be().conv1d_backward(g.cpu, x.cpu, w.cpu, 1, e.padding, gx.cpu, gw.cpu, gb.cpu);
+    check_close(gx, what + " grad_x");
+    check_close(gw, what + " grad_weight");
+    check_close(gb, what + " grad_bias");
+  }
+}
+
+// ============================== pool1d ==============================
+
+namespace {
+
+struct PoolCase {
+  std::int64_t batch, channels, length, kernel, stride;
+  std::int64_t out_length() const { return (length - kernel) / stride + 1; }
+  std::string str() const {
+    return "B=" + std::to_string(batch) + " C=" + std::to_string(channels) +
+           " L=" + std::to_string(length) + " kernel=" + std::to_string(kernel) +
+           " stride=" + std::to_string(stride);
+  }
+};
+
+constexpr PoolCase kPoolCases[] = {
+    {1, 1, 1, 1, 1},   {2, 3, 7, 2, 2},
+    {3, 5, 33, 3, 1},  // overlapping windows
+    {2, 4, 129, 4, 3}, {1, 3, 1031, 5, 5},
+    {2, 2, 10, 3, 7},  // stride past the kernel: elements between windows get no gradient
+    {2, 3, 8, 8, 1},   // one window over everything
+};
+
+// Max pooling picks values, so it is exact in every dtype; the average rounds (in bfloat16
+// its output).
+Tolerance pool_tolerance(DType dtype) {
+  if (dtype == DType::float64) return {1e-12, 1e-12};
+  if (dtype == DType::float32) return {1e-5, 1e-6};
+  return {2e-2, 1e-2};
+}
+
+const char* kind_name(PoolKind kind) {
+  return kind == PoolKind::max ? "max" : "average";
+}
+
+}  // namespace
+
+TEST_CASE("cuda pool1d and pool1d_backward: average and max, odd lengths, every dtype") {
+  if (!gpu()) return;
+  std::uint64_t seed = 1;
+  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16}) {
+    for (PoolKind kind : {PoolKind::average, PoolKind::max}) {
+      for (const PoolCase& c : kPoolCases) {
+        // bfloat16 holds 256 values per power of two: random windows often hold tied maxima,
+        // which checks that the first one takes the gradient, as on the CPU.
+        const std::string what =
+            std::string(kind_name(kind)) + " pool1d " + dtype_str(dtype) + " " + c.str();
+        const Pair x =
+            make_pair({c.batch, c.channels, c.length}, dtype, Layout::contiguous, seed++);
+        const Shape out_shape = {c.batch, c.channels, c.out_length()};
+        const Pair out = make_output(out_shape, dtype);
+        const Tensor ref = cpu_output(out_shape, dtype);
+        cuda_be().pool1d(kind, x.cuda, c.kernel, c.stride, out.cuda);
+        cpu_be().pool1d(kind, cpu_input(x.cpu), c.kernel, c.stride, ref);
+        compare(out.cuda, ref, what, pool_tolerance(dtype));
+
+        const Pair g = make_pair(out_shape, dtype, Layout::contiguous, seed++);
+        const Pair gx = make_output(x.cpu.shape(), dtype);
+        const Tensor rx = cpu_output(x.cpu.shape(), dtype);
+        cuda_be().pool1d_backward(kind, g.cuda, x.cuda, c.kernel, c.stride, gx.cuda);
+        cpu_be().pool1d_backward(kind, cpu_input(g.cpu), cpu_input(x.cpu), c.kernel, c.stride, rx);
+        compare(gx.cuda, rx, what + " backward", pool_tolerance(dtype));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda max_pool1d: tied maxima and NaN as on the CPU") {
+  if (!gpu()) return;
+  // Windows of 3 with ties in every position; stride 1 overlaps them, stride 2 half does.
+  const std::vector<double> xs = {1, 3, 3, 2, 5, 5, 5, 0, 4, 4};
+  const Tensor x_host = raw::to_dtype(from<double>(xs, {1, 1, 10}), DType::float32);
+  const Pair x{x_host, raw::to_device(x_host, Device::cuda())};
+  for (std::int64_t stride : {1, 2}) {
+    const std::int64_t out_length = (10 - 3) / stride + 1;
+    const Pair out = make_output({1, 1, out_length}, DType::float32);
+    cuda_be().pool1d(PoolKind::max, x.cuda, 3, stride, out.cuda);
+    cpu_be().pool1d(PoolKind::max, x.cpu, 3, stride, out.cpu);
+    check_close(out, "tied max forward, stride " + std::to_string(stride));
+    const Pair g = make_pair({1, 1, out_length}, DType::float32, Layout::contiguous, 7);
+    const Pair gx = make_output({1, 1, 10}, DType::float32);
+    cuda_be().pool1d_backward(PoolKind::max, g.cuda, x.cuda, 3, stride, gx.cuda);
+    cpu_be().pool1d_backward(PoolKind::max, g.cpu, x.cpu, 3, stride, gx.cpu);
+    check_close(gx, "tied max backward, stride " + std::to_string(stride));
+  }
+  // A NaN makes every window that holds it NaN.
+  std::vector<double> with_nan = xs;
+  with_nan[4] = std::numeric_limits<double>::quiet_NaN();
+  const Tensor n_host = raw::to_dtype(from<double>(with_nan, {1, 1, 10}), DType::float32);
+  const Pair n{n_host, raw::to_device(n_host, Device::cuda())};
+  const Pair out = make_output({1, 1, 8}, DType::float32);
+  cuda_be().pool1d(PoolKind::max, n.cuda, 3, 1, out.cuda);
+  cpu_be().pool1d(PoolKind::max, n.cpu, 3, 1, out.cpu);
+  check_close(out, "max pool with a NaN");
+}
+
+// ============================== adamw_step ==============================
+
+TEST_CASE("cuda adamw_step: Adam and AdamW over several steps, odd sizes, unaligned views") {
+  if (!gpu()) return;
+  struct Mode {
+    bool decoupled;
+    double weight_decay;
+  };
+  std::uint64_t seed = 1;
+  for (DType dtype : {DType::float32, DType::float64}) {
+    for (std::int64_t n : {1, 7, 1003, 4096}) {
+      for (const Mode mode : {Mode{true, 0.1}, Mode{false, 0.1}, Mode{true, 0.0}}) {
+        // offset 1 starts every tensor one element into its buffer: no 16-byte alignment, so
+        // the float32 kernel must take its scalar path.
+        for (std::int64_t offset : {0, 1}) {
+          const std::string what = "adamw_step " + dtype_str(dtype) + " n=" + std::to_string(n) +
+                                   (mode.decoupled ? " AdamW" : " Adam") +
+                                   " weight_decay=" + std::to_string(mode.weight_decay) +
+                                   " offset=" + std::to_string(offset);
+          auto state = [&](double lo, double hi) {
+            const Pair p = make_pair({n + offset}, dtype, Layout::contiguous, seed++, lo, hi);
+            return Pair{p.cpu.narrow(0, offset, n), p.cuda.narrow(0, offset, n)};
+          };
+          const Pair p = state(-1.0, 1.0), m = state(-0.1, 0.1), v = state(0.0, 0.01);
+          const double lr = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+          for (int t = 1; t <= 3; ++t) {
+            const Pair g = state(-1.0, 1.0);
+            const double bc1 = 1.0 - std::pow(beta1, t), bc2 = 1.0 - std::pow(beta2, t);
+            cuda_be().adamw_step(p.cuda, g.cuda, m.cuda, v.cuda, lr, beta1, beta2, eps,
+                                 mode.weight_decay, mode.decoupled, bc1, bc2);
+            cpu_be().adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, lr, beta1, beta2, eps,
+                                mode.weight_decay, mode.decoupled, bc1, bc2);
+          }
+          check_close(p, what + " param");
+          check_close(m, what + " exp_avg");
+          check_close(v, what + " exp_avg_sq");
+        }
+      }
+    }
+  }
+}
+
+// ============================== errors ==============================
+
+TEST_CASE("cuda dense ops: bad input throws Error naming the op") {
+  if (!gpu()) return;
+  auto on_gpu = [](const Shape& shape, DType dtype = DType::float32) {
+    return empty(shape, {.dtype = dtype, .device = Device::cuda()});
+  };
+  auto host = [](const Shape& shape) { return empty(shape, {.dtype = DType::float32}); };
+  auto fails = [](auto&& call, const std::string& part) {
+    try {
+      call();
+      FAIL_CHECK("expected an Error mentioning \"" << part << "\"");
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      CHECK_MESSAGE(msg.find(part) != std::string::npos, msg);
+    }
+  };
+  fails(
+      [&] {
+        cuda_be().matmul(on_gpu({2, 3, 4}), on_gpu({2, 5, 6}), on_gpu({2, 3, 6}));
+      },
+      "matmul: shapes do not match");
+  fails([&] { cuda_be().matmul(on_gpu({1, 3, 4}), host({1, 4, 6}), on_gpu({1, 3, 6})); }, "matmul");
+  fails(
+      [&] {
+        cuda_be().matmul(on_gpu({1, 3, 4}, DType::int64), on_gpu({1, 4, 6}, DType::int64),
+                         on_gpu({1, 3, 6}, DType::int64));
+      },
+      "matmul");
+  fails(
+      [&] {
+        cuda_be().conv1d(on_gpu({2, 3, 8}), on_gpu({4, 2, 3}), Tensor(), 1, 0, on_gpu({2, 4, 6}));
+      },
+      "conv1d");
+  fails(
+      [&] {
+        cuda_be().conv1d(on_gpu({2, 3, 8}), on_gpu({4, 3, 3}), Tensor(), 0, 0, on_gpu({2, 4, 6}));
+      },
+      "stride");
+  fails(
+      [&] {
+        cuda_be().pool1d(PoolKind::max, on_gpu({2, 3, 4}), 5, 1, on_gpu({2, 3, 1}));
+      },
+      "max_pool1d");
+  fails(
+      [&] {
+        cuda_be().pool1d(PoolKind::average, on_gpu({2, 8, 3}).transpose(1, 2), 2, 2,
+                         on_gpu({2, 3, 4}));
+      },
+      "contiguous");
+  fails(
+      [&] {
+        const Tensor p = on_gpu({4}, DType::bfloat16);
+        cuda_be().adamw_step(p, on_gpu({4}, DType::bfloat16), on_gpu({4}, DType::bfloat16),
+                             on_gpu({4}, DType::bfloat16), 0.1, 0.9, 0.999, 1e-8, 0.0, true, 0.1,
+                             0.001);
+      },
+      "adamw_step");
+  fails(
+      [&] {
+        cuda_be().adamw_step(on_gpu({4}), on_gpu({4}), on_gpu({4}), host({4}), 0.1, 0.9, 0.999,
+                             1e-8, 0.0, true, 0.1, 0.001);
+      },
+      "exp_avg_sq");
+}
