@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/allocator.h"
 #include "core/ops.h"
@@ -17,6 +18,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+  // The libraries, kernels and threads this backend runs with (benchmarks print it).
+  virtual std::string runtime_info() = 0;
   virtual Allocator& allocator() = 0;
   // Waits until all queued work on the device has finished.
   virtual void synchronize() = 0;
@@ -35,5 +38,16 @@ bool cuda_available();    // defined in backends/cuda (or its stub): false witho
 
 // The backend that owns tensors on `device`.
 Backend& backend(Device device);
+// backend(device).runtime_info(): e.g. the OpenBLAS core, oneDNN ISA and thread count, or the
+// GPU and library versions.
+std::string runtime_info(Device device = Device::cpu());
+
+// How float32 matrix products and convolutions may round their inputs where a device has
+// reduced-precision units (the GPU's tensor cores): not at all (the default), to TF32, or to
+// bfloat16, accumulating in float32 either way. The CPU backend always computes float32 exactly;
+// products of bfloat16 tensors are bfloat16 products whatever this says.
+enum class MatmulPrecision { exact, tf32, bf16 };
+void set_matmul_precision(MatmulPrecision precision);
+MatmulPrecision matmul_precision();
 
 }  // namespace tinyformer

@@ -2,6 +2,8 @@
 #include "core/storage.h"
 
 #include "core/backend.h"
+
+#include <atomic>
 #include "core/random.h"
 
 namespace tinyformer {
@@ -20,7 +22,24 @@ Backend& backend(Device device) {
   return cuda_backend();
 }
 
-void synchronize(Device device) { backend(device).synchronize(); }
+void synchronize(Device device) {
+  backend(device).synchronize();
+}
+
+namespace {
+std::atomic<MatmulPrecision> g_matmul_precision{MatmulPrecision::exact};
+}  // namespace
+
+void set_matmul_precision(MatmulPrecision precision) {
+  g_matmul_precision = precision;
+}
+MatmulPrecision matmul_precision() {
+  return g_matmul_precision;
+}
+
+std::string runtime_info(Device device) {
+  return backend(device).runtime_info();
+}
 
 MemoryStats memory_stats(Device device) {
   return backend(device).allocator().stats();

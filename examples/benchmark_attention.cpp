@@ -31,11 +31,24 @@ const std::map<std::int64_t, std::map<std::int64_t, std::pair<double, double>>> 
     {512, {{128, {1.5, 1.7}}, {256, {1.3, 1.5}}}},
     {1024, {{128, {1.7, 3.0}}, {256, {1.6, 2.9}}, {512, {1.3, 1.8}}}},
     {2048, {{128, {2.6, 6.1}}, {256, {2.4, 5.6}}, {512, {2.1, 3.6}}, {1024, {1.3, 2.0}}}},
-    {4096, {{128, {3.4, 14}}, {256, {3.2, 13}}, {512, {2.8, 8.3}}, {1024, {2.2, 4.3}}, {2048, {1.3, 2.3}}}},
-    {8192, {{128, {5.5, 28}}, {256, {5.0, 26}}, {512, {4.4, 17}}, {1024, {3.5, 8.5}}, {2048, {2.1, 4.5}}}},
-    {16384, {{128, {8.6, 56}}, {256, {7.8, 48}}, {512, {7.0, 32}}, {1024, {5.6, 16}}, {2048, {3.3, 8}}}},
-    {32768, {{128, {13, 56}}, {256, {12, 48}}, {512, {11, 36}}, {1024, {8.8, 18}}, {2048, {5.0, 16}}}},
-    {65536, {{128, {20, 60}}, {256, {18, 52}}, {512, {16, 40}}, {1024, {14, 20}}, {2048, {7.9, 18}}}},
+    {4096,
+     {{128, {3.4, 14}},
+      {256, {3.2, 13}},
+      {512, {2.8, 8.3}},
+      {1024, {2.2, 4.3}},
+      {2048, {1.3, 2.3}}}},
+    {8192,
+     {{128, {5.5, 28}},
+      {256, {5.0, 26}},
+      {512, {4.4, 17}},
+      {1024, {3.5, 8.5}},
+      {2048, {2.1, 4.5}}}},
+    {16384,
+     {{128, {8.6, 56}}, {256, {7.8, 48}}, {512, {7.0, 32}}, {1024, {5.6, 16}}, {2048, {3.3, 8}}}},
+    {32768,
+     {{128, {13, 56}}, {256, {12, 48}}, {512, {11, 36}}, {1024, {8.8, 18}}, {2048, {5.0, 16}}}},
+    {65536,
+     {{128, {20, 60}}, {256, {18, 52}}, {512, {16, 40}}, {1024, {14, 20}}, {2048, {7.9, 18}}}},
 };
 
 double median(std::vector<double> v) {
@@ -139,14 +152,19 @@ int main(int argc, char** argv) {
       ks = {128, 256, 512, 1024, 2048};
       d_model = 768, heads = 12, d_ff = 3072, layers = 12;
     }
-    std::printf("device %s; encoder: %lld layers, d_model %lld, %lld heads, ff %lld, batch %lld, "
-                "float32\n\n",
-                device.str().c_str(), static_cast<long long>(layers),
-                static_cast<long long>(d_model), static_cast<long long>(heads),
-                static_cast<long long>(d_ff), static_cast<long long>(batch));
+    std::printf(
+        "device %s; encoder: %lld layers, d_model %lld, %lld heads, ff %lld, batch %lld, "
+        "float32\nkernels: %s\n\n",
+        device.str().c_str(), static_cast<long long>(layers), static_cast<long long>(d_model),
+        static_cast<long long>(heads), static_cast<long long>(d_ff), static_cast<long long>(batch),
+        runtime_info(device).c_str());
     auto make = [&](std::int64_t n, std::int64_t k) {
-      nn::EncoderConfig c{.layers = layers, .d_model = d_model, .heads = heads, .d_ff = d_ff,
-                          .max_seq_len = n, .dropout = 0.0};
+      nn::EncoderConfig c{.layers = layers,
+                          .d_model = d_model,
+                          .heads = heads,
+                          .d_ff = d_ff,
+                          .max_seq_len = n,
+                          .dropout = 0.0};
       if (k > 0) {
         c.attention = nn::AttentionKind::linformer;
         c.linformer = {.k = k, .sharing = nn::Sharing::layerwise};
@@ -165,21 +183,29 @@ int main(int argc, char** argv) {
       full[n] = measure(*make(n, 0), x, reps, train);
       std::printf("n=%-6lld full        forward %9.2f ms  peak %8.1f MB", static_cast<long long>(n),
                   full[n].forward_ms, full[n].forward_peak_mb);
-      if (train) std::printf("   fwd+bwd %9.2f ms  peak %8.1f MB", full[n].train_ms, full[n].train_peak_mb);
+      if (train)
+        std::printf("   fwd+bwd %9.2f ms  peak %8.1f MB", full[n].train_ms, full[n].train_peak_mb);
       std::printf("\n");
-      results.push_back({{"n", n}, {"k", nullptr}, {"forward_ms", full[n].forward_ms},
+      results.push_back({{"n", n},
+                         {"k", nullptr},
+                         {"forward_ms", full[n].forward_ms},
                          {"forward_peak_mb", full[n].forward_peak_mb},
-                         {"train_ms", full[n].train_ms}, {"train_peak_mb", full[n].train_peak_mb}});
+                         {"train_ms", full[n].train_ms},
+                         {"train_peak_mb", full[n].train_peak_mb}});
       for (std::int64_t k : ks) {
         if (k >= n) continue;
         Measurement m = measure(*make(n, k), x, reps, train);
         lin[{n, k}] = m;
-        std::printf("n=%-6lld k=%-6lld    forward %9.2f ms  peak %8.1f MB", static_cast<long long>(n),
-                    static_cast<long long>(k), m.forward_ms, m.forward_peak_mb);
+        std::printf("n=%-6lld k=%-6lld    forward %9.2f ms  peak %8.1f MB",
+                    static_cast<long long>(n), static_cast<long long>(k), m.forward_ms,
+                    m.forward_peak_mb);
         if (train) std::printf("   fwd+bwd %9.2f ms  peak %8.1f MB", m.train_ms, m.train_peak_mb);
         std::printf("\n");
-        results.push_back({{"n", n}, {"k", k}, {"forward_ms", m.forward_ms},
-                           {"forward_peak_mb", m.forward_peak_mb}, {"train_ms", m.train_ms},
+        results.push_back({{"n", n},
+                           {"k", k},
+                           {"forward_ms", m.forward_ms},
+                           {"forward_peak_mb", m.forward_peak_mb},
+                           {"train_ms", m.train_ms},
                            {"train_peak_mb", m.train_peak_mb}});
       }
     }
@@ -200,7 +226,8 @@ int main(int argc, char** argv) {
           auto [speed, mem] = value(full[n], it->second);
           auto p = paper.count(n) && paper.at(n).count(k) ? paper.at(n).at(k) : std::pair{0.0, 0.0};
           if (with_paper && p.first > 0) {
-            std::snprintf(cell, sizeof cell, "%.1fx (%.1fx) [%.1fx (%.0fx)]", speed, mem, p.first, p.second);
+            std::snprintf(cell, sizeof cell, "%.1fx (%.1fx) [%.1fx (%.0fx)]", speed, mem, p.first,
+                          p.second);
           } else {
             std::snprintf(cell, sizeof cell, "%.1fx (%.1fx)", speed, mem);
           }
@@ -209,17 +236,19 @@ int main(int argc, char** argv) {
         std::printf("\n");
       }
     };
-    table("Inference: speed-up of Linformer over Transformer (memory saved), [paper's Table 3]",
-          [](const Measurement& f, const Measurement& l) {
-            return std::pair{f.forward_ms / l.forward_ms, f.forward_peak_mb / l.forward_peak_mb};
-          },
-          true);
+    table(
+        "Inference: speed-up of Linformer over Transformer (memory saved), [paper's Table 3]",
+        [](const Measurement& f, const Measurement& l) {
+          return std::pair{f.forward_ms / l.forward_ms, f.forward_peak_mb / l.forward_peak_mb};
+        },
+        true);
     if (train) {
-      table("Training (forward+backward): speed-up (memory saved); the paper reports none",
-            [](const Measurement& f, const Measurement& l) {
-              return std::pair{f.train_ms / l.train_ms, f.train_peak_mb / l.train_peak_mb};
-            },
-            false);
+      table(
+          "Training (forward+backward): speed-up (memory saved); the paper reports none",
+          [](const Measurement& f, const Measurement& l) {
+            return std::pair{f.train_ms / l.train_ms, f.train_peak_mb / l.train_peak_mb};
+          },
+          false);
     }
 
     nlohmann::json scaling_json;
@@ -236,8 +265,8 @@ int main(int argc, char** argv) {
         xs.push_back(static_cast<double>(n));
         tf.push_back(f.forward_ms), tl.push_back(l.forward_ms);
         mf.push_back(f.forward_peak_mb), ml.push_back(l.forward_peak_mb);
-        std::printf("%-7lld %12.2f %12.2f %12.1f %12.1f\n", static_cast<long long>(n),
-                    f.forward_ms, l.forward_ms, f.forward_peak_mb, l.forward_peak_mb);
+        std::printf("%-7lld %12.2f %12.2f %12.1f %12.1f\n", static_cast<long long>(n), f.forward_ms,
+                    l.forward_ms, f.forward_peak_mb, l.forward_peak_mb);
       }
       if (xs.size() >= 2) {
         // The exponent over the upper half of the range, where attention dominates.
@@ -248,13 +277,21 @@ int main(int argc, char** argv) {
         const auto xt = tail(xs);
         const double e_tf = fitted_exponent(xt, tail(tf)), e_tl = fitted_exponent(xt, tail(tl));
         const double e_mf = fitted_exponent(xt, tail(mf)), e_ml = fitted_exponent(xt, tail(ml));
-        std::printf("fitted exponent (n >= %.0f): time full %.2f, Linformer %.2f; memory full "
-                    "%.2f, Linformer %.2f\n",
-                    xt.front(), e_tf, e_tl, e_mf, e_ml);
-        scaling_json = {{"k", scaling_k}, {"n", xs}, {"full_ms", tf}, {"linformer_ms", tl},
-                        {"full_mb", mf}, {"linformer_mb", ml},
-                        {"exponents", {{"time_full", e_tf}, {"time_linformer", e_tl},
-                                       {"memory_full", e_mf}, {"memory_linformer", e_ml}}}};
+        std::printf(
+            "fitted exponent (n >= %.0f): time full %.2f, Linformer %.2f; memory full "
+            "%.2f, Linformer %.2f\n",
+            xt.front(), e_tf, e_tl, e_mf, e_ml);
+        scaling_json = {{"k", scaling_k},
+                        {"n", xs},
+                        {"full_ms", tf},
+                        {"linformer_ms", tl},
+                        {"full_mb", mf},
+                        {"linformer_mb", ml},
+                        {"exponents",
+                         {{"time_full", e_tf},
+                          {"time_linformer", e_tl},
+                          {"memory_full", e_mf},
+                          {"memory_linformer", e_ml}}}};
         const std::string dat = png_path + ".dat";
         {
           std::ofstream out(dat);
@@ -263,11 +300,18 @@ int main(int argc, char** argv) {
           }
         }
         const std::string script =
-            "set terminal pngcairo size 1000,420; set output '" + png_path + "';"
+            "set terminal pngcairo size 1000,420; set output '" + png_path +
+            "';"
             "set multiplot layout 1,2; set logscale xy; set key left top; set xlabel 'n';"
-            "set ylabel 'forward ms'; plot '" + dat + "' u 1:2 w lp t 'full', '' u 1:3 w lp t "
-            "'Linformer k=" + std::to_string(scaling_k) + "';"
-            "set ylabel 'peak MB'; plot '" + dat + "' u 1:4 w lp t 'full', '' u 1:5 w lp t "
+            "set ylabel 'forward ms'; plot '" +
+            dat +
+            "' u 1:2 w lp t 'full', '' u 1:3 w lp t "
+            "'Linformer k=" +
+            std::to_string(scaling_k) +
+            "';"
+            "set ylabel 'peak MB'; plot '" +
+            dat +
+            "' u 1:4 w lp t 'full', '' u 1:5 w lp t "
             "'Linformer';unset multiplot";
         const std::string cmd = "gnuplot -e \"" + script + "\" 2>/dev/null";
         if (std::system(cmd.c_str()) == 0) {
@@ -278,11 +322,10 @@ int main(int argc, char** argv) {
         std::remove(dat.c_str());
       }
     }
-    std::ofstream(json_path) << nlohmann::json{{"device", device.str()},
-                                               {"d_model", d_model}, {"heads", heads},
-                                               {"d_ff", d_ff}, {"layers", layers},
-                                               {"batch", batch}, {"results", results},
-                                               {"scaling", scaling_json}}
+    std::ofstream(json_path) << nlohmann::json{{"device", device.str()}, {"d_model", d_model},
+                                               {"heads", heads},         {"d_ff", d_ff},
+                                               {"layers", layers},       {"batch", batch},
+                                               {"results", results},     {"scaling", scaling_json}}
                                     .dump(2)
                              << "\n";
     std::printf("results written to %s\n", json_path.c_str());

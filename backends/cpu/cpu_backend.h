@@ -9,6 +9,7 @@ namespace tinyformer::cpu {
 class CpuBackend final : public Backend {
  public:
   const char* name() const override { return "cpu"; }
+  std::string runtime_info() override;
   Allocator& allocator() override;
   void synchronize() override {}
   void memcpy(void* dst, Device dst_device, const void* src, Device src_device,

@@ -22,6 +22,12 @@
 //           ahead in two runs (1.64 ms against 2.08); other sizes from 256^3 to 1024^3 swing
 //           either way by 5-15% from run to run, and on AVX-512 oneDNN is ahead everywhere.
 //     oneDNN ignores OPENBLAS_CORETYPE, so float32 speed does not depend on the environment.
+//   float32 with a transposed (column-major) first operand, the shape of every weight gradient
+//     (dW = g^T x) and of attention's dV = P^T dO and dK = dS^T Q: cblas_sgemm per batch element.
+//     oneDNN 2.6 reads such an operand at half its speed; OpenBLAS does not care. Quiet AVX2,
+//     2 threads, one process, medians: [1024x4096]^T [4096x256]: oneDNN 27.3 ms (79 GFLOP/s),
+//     cblas 12.4 (174), and oneDNN 12.6 with the operand not transposed; [1024x1024]^T
+//     [1024x64]: oneDNN 1.68 ms, cblas 0.92, oneDNN 0.76 not transposed.
 //   float64: cblas_dgemm per batch element (oneDNN has no f64 matmul); gradient checks use it.
 //   bfloat16: one oneDNN matmul with bfloat16 operands, float32 accumulation and a bfloat16
 //     result, where oneDNN has a bfloat16 kernel for the CPU (2.x: AVX-512 and up; see
@@ -237,6 +243,10 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     matmul_blas(pa, pb, out.data<double>(), runs, m, k, n);
   } else if (out.dtype() == DType::float32 && runs == 1 && m * n * k <= kSmallGemm) {
     matmul_blas(pa, pb, out.data<float>(), 1, m, k, n);
+  } else if (out.dtype() == DType::float32 && pa.layout.transposed && m > 1) {
+    // A column-major first operand (the gradients dW = g^T x and dV = P^T dO): oneDNN 2.6 runs
+    // these at half its speed, OpenBLAS at full speed (see the dispatch policy above).
+    matmul_blas(pa, pb, out.data<float>(), runs, m, k, n);
   } else {
     const Tensor first =
         runs == batch ? out : raw::as_strided(out, {1, m, n}, {m * n, n, 1}, out.offset());

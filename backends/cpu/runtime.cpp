@@ -75,4 +75,8 @@ std::string runtime_info() {
   return s.str();
 }
 
+std::string CpuBackend::runtime_info() {
+  return cpu::runtime_info();
+}
+
 }  // namespace tinyformer::cpu

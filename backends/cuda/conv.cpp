@@ -5,8 +5,8 @@
 //
 // Algorithms come from cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7), picked once per
 // shape and cached (cudnn_context.h); the workspace comes from the caching allocator. float32
-// runs in full precision unless math_mode() allows TF32 tensor cores; bfloat16 runs on tensor
-// cores with float32 accumulation; float64 is supported as well.
+// runs in full precision unless matmul_precision() allows TF32 tensor cores; bfloat16 runs on
+// tensor cores with float32 accumulation; float64 is supported as well.
 #include <cstdint>
 #include <vector>
 
@@ -97,7 +97,7 @@ struct ConvProblem {
                                                        CUDNN_CROSS_CORRELATION, compute));
     // The math type the heuristics rank for: FMA only for exact float32, tensor cores for
     // bfloat16, cuDNN's default (which allows TF32 for float32) otherwise.
-    fma_only = dtype == DType::float32 && math_mode() == MathMode::exact;
+    fma_only = dtype == DType::float32 && matmul_precision() == MatmulPrecision::exact;
     const cudnnMathType_t math = fma_only                   ? CUDNN_FMA_MATH
                                  : dtype == DType::bfloat16 ? CUDNN_TENSOR_OP_MATH
                                                             : CUDNN_DEFAULT_MATH;
@@ -117,7 +117,7 @@ struct ConvProblem {
     TF_CUDA_CHECK("conv1d", cudaGetDevice(&device_index));
     return {direction,
             static_cast<std::int64_t>(dtype),
-            static_cast<std::int64_t>(math_mode()),
+            static_cast<std::int64_t>(matmul_precision()),
             device_index,
             s.batch,
             s.c_in,

@@ -25,6 +25,7 @@ namespace tinyformer::cuda {
 class CudaBackend final : public Backend {
  public:
   const char* name() const override { return "cuda"; }
+  std::string runtime_info() override;
   Allocator& allocator() override;
   void synchronize() override;
   void memcpy(void* dst, Device dst_device, const void* src, Device src_device,
@@ -46,12 +47,5 @@ Allocator& device_allocator();
 
 // The GPU, driver and library versions this process runs on, for benchmarks to print.
 std::string runtime_info();
-
-// How float32 matrix products may round their inputs: exactly (the default), through TF32
-// tensor cores, or through bfloat16 tensor cores. Products of bfloat16 tensors always use
-// bfloat16 tensor cores with float32 accumulation.
-enum class MathMode { exact, tf32, bf16 };
-void set_math_mode(MathMode mode);
-MathMode math_mode();
 
 }  // namespace tinyformer::cuda

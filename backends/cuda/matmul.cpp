@@ -9,8 +9,8 @@
 // each operand's transpose flag is the opposite of what a row-major BLAS would be told.
 //
 // dtypes and math: float64 on CUBLAS_COMPUTE_64F; float32 on CUBLAS_COMPUTE_32F in exact mode, or
-// rounding its inputs to TF32 or bfloat16 on tensor cores when math_mode() allows it; bfloat16
-// inputs and outputs on tensor cores with float32 accumulation.
+// rounding its inputs to TF32 or bfloat16 on tensor cores when matmul_precision() allows it;
+// bfloat16 inputs and outputs on tensor cores with float32 accumulation.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -68,12 +68,12 @@ cudaDataType_t cuda_type(DType dtype) {
 cublasComputeType_t compute_type(DType dtype) {
   if (dtype == DType::float64) return CUBLAS_COMPUTE_64F;
   if (dtype == DType::bfloat16) return CUBLAS_COMPUTE_32F;
-  switch (math_mode()) {
-    case MathMode::tf32:
+  switch (matmul_precision()) {
+    case MatmulPrecision::tf32:
       return CUBLAS_COMPUTE_32F_FAST_TF32;
-    case MathMode::bf16:
+    case MatmulPrecision::bf16:
       return CUBLAS_COMPUTE_32F_FAST_16BF;
-    case MathMode::exact:
+    case MatmulPrecision::exact:
       break;
   }
   return CUBLAS_COMPUTE_32F;

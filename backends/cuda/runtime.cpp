@@ -76,8 +76,6 @@ DeviceContext& current_context() {
   return ctx;
 }
 
-std::atomic<MathMode> g_math_mode{MathMode::exact};
-
 }  // namespace
 
 cudaStream_t stream() {
@@ -88,13 +86,6 @@ cublasHandle_t cublas() {
 }
 cudnnHandle_t cudnn() {
   return current_context().cudnn;
-}
-
-void set_math_mode(MathMode mode) {
-  g_math_mode = mode;
-}
-MathMode math_mode() {
-  return g_math_mode;
 }
 
 const char* cublas_status_name(cublasStatus_t status) {
@@ -158,10 +149,14 @@ std::string runtime_info() {
      << driver / 1000 << "." << driver % 1000 / 10 << ", runtime " << runtime / 1000 << "."
      << runtime % 1000 / 10 << ", cuBLAS " << cublas_version << ", cuDNN " << cudnnGetVersion()
      << "; float32 products: "
-     << (math_mode() == MathMode::exact  ? "exact"
-         : math_mode() == MathMode::tf32 ? "TF32 tensor cores"
-                                         : "bfloat16 tensor cores");
+     << (matmul_precision() == MatmulPrecision::exact  ? "exact"
+         : matmul_precision() == MatmulPrecision::tf32 ? "TF32 tensor cores"
+                                                       : "bfloat16 tensor cores");
   return os.str();
+}
+
+std::string CudaBackend::runtime_info() {
+  return cuda::runtime_info();
 }
 
 }  // namespace cuda

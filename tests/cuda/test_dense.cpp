@@ -15,10 +15,6 @@
 #include "core/tensor.h"
 #include "parity.h"
 
-#ifdef TINYFORMER_CUDA_BACKEND
-#include "backends/cuda/cuda_backend.h"
-#endif
-
 namespace {
 
 using namespace tinyformer;
@@ -215,15 +211,14 @@ TEST_CASE("cuda matmul: empty dims and an empty sum") {
   check_close(out, "K = 0");
 }
 
-#ifdef TINYFORMER_CUDA_BACKEND
 namespace {
-// Sets the CUDA math mode for one scope.
-struct MathModeScope {
-  cuda::MathMode saved = cuda::math_mode();
-  explicit MathModeScope(cuda::MathMode mode) { cuda::set_math_mode(mode); }
-  ~MathModeScope() { cuda::set_math_mode(saved); }
-  MathModeScope(const MathModeScope&) = delete;
-  MathModeScope& operator=(const MathModeScope&) = delete;
+// Sets the matmul precision for one scope.
+struct PrecisionScope {
+  MatmulPrecision saved = matmul_precision();
+  explicit PrecisionScope(MatmulPrecision mode) { set_matmul_precision(mode); }
+  ~PrecisionScope() { set_matmul_precision(saved); }
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
 };
 }  // namespace
 
@@ -232,13 +227,13 @@ TEST_CASE("cuda matmul: float32 through TF32 and bfloat16 tensor cores, looser t
   // TF32 keeps 10 mantissa bits of each input, bfloat16 7: each product is off by up to
   // 2^-10 (2^-7) of its size, and up to 129 of them (values in [-1, 1)) add up.
   struct Mode {
-    cuda::MathMode mode;
+    MatmulPrecision mode;
     const char* name;
     Tolerance tol;
   };
-  for (const Mode& mode : {Mode{cuda::MathMode::tf32, "tf32", {1e-2, 2e-2}},
-                           Mode{cuda::MathMode::bf16, "bf16", {5e-2, 1.5e-1}}}) {
-    const MathModeScope scope(mode.mode);
+  for (const Mode& mode : {Mode{MatmulPrecision::tf32, "tf32", {1e-2, 2e-2}},
+                           Mode{MatmulPrecision::bf16, "bf16", {5e-2, 1.5e-1}}}) {
+    const PrecisionScope scope(mode.mode);
     std::uint64_t seed = 5000;
     for (const MatmulShape& s : kMatmulShapes) {
       for (Operand o : {Operand::contiguous, Operand::transposed, Operand::broadcast}) {
@@ -254,7 +249,7 @@ TEST_CASE("cuda matmul: float32 through TF32 and bfloat16 tensor cores, looser t
 
 TEST_CASE("cuda conv1d: float32 through TF32 tensor cores") {
   if (!gpu()) return;
-  const MathModeScope scope(cuda::MathMode::tf32);
+  const PrecisionScope scope(MatmulPrecision::tf32);
   const Pair x = make_pair({2, 16, 129}, DType::float32, Layout::contiguous, 1);
   const Pair w = make_pair({8, 16, 5}, DType::float32, Layout::contiguous, 2);
   const Pair out = make_output({2, 8, 127}, DType::float32);
@@ -262,7 +257,6 @@ TEST_CASE("cuda conv1d: float32 through TF32 tensor cores") {
   cpu_be().conv1d(x.cpu, w.cpu, Tensor(), 1, 1, out.cpu);
   check_close(out, "conv1d tf32", 1e-2, 2e-2);
 }
-#endif
 
 // ============================== conv1d ==============================
 

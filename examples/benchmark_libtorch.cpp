@@ -1,0 +1,726 @@
+// tinyformer against libtorch (Debian's libtorch 1.13 C++ API) on the same post-norm encoder
+// layer with identical weights: first a check that both compute the same layer, then forward
+// and forward+backward times of both, taken in the same run with the frameworks taking turns,
+// and the ratio torch / tinyformer (above 1: ours is faster). Full attention is compared with
+// torch::nn::TransformerEncoderLayer and with the same math written by hand in libtorch ops;
+// Linformer attention (one linear projection E: [k, n] shared by keys, values and heads, the
+// paper's layerwise sharing) with a hand-written libtorch version.
+//
+// The check runs each layer once in float64 (outputs, input gradient and every parameter
+// gradient must agree to 1e-10) and once in float32, the precision that is timed (outputs must
+// agree to 1e-4; the float32 gradient differences are printed, see check()).
+//
+//   examples/benchmark_libtorch.sh build/examples/benchmark_libtorch --reps 5
+//   benchmark_libtorch --check-only       # the checks alone, at n = 64 (a ctest test)
+//
+// The wrapper script sets the environment libtorch runs best in (OpenBLAS core type, passive
+// OpenMP waiting, tcmalloc); it must be set before the libraries load, so this program only
+// prints what it saw.
+#include <omp.h>
+#include <tinyformer/tinyformer.h>
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace tf = tinyformer;
+
+namespace {
+
+struct Options {
+  std::vector<std::int64_t> ns = {256, 512, 1024, 2048, 4096};
+  std::vector<std::int64_t> ks = {64, 128, 256};
+  std::int64_t batch = 4, d_model = 256, heads = 4, d_ff = 1024;
+  int reps = 5, warmup = 2, threads = 2;
+  double rtol = 1e-4, rtol64 = 1e-10;
+  std::uint64_t seed = 1234;
+  bool forward_only = false, check_only = false;
+  std::string json_path = "benchmark_libtorch.json";
+};
+
+// --- Moving values between the two frameworks ---
+
+torch::Tensor to_torch(const tf::Tensor& t) {
+  TF_CHECK(t.dtype() == tf::DType::float32 || t.dtype() == tf::DType::float64,
+           "benchmark_libtorch: expected a float32 or float64 tensor, got ", t.dtype());
+  const tf::Tensor c = t.detach().contiguous();
+  return torch::from_blob(c.data_ptr(), c.shape(),
+                          c.dtype() == tf::DType::float64 ? torch::kFloat64 : torch::kFloat32)
+      .clone();
+}
+
+std::vector<double> values(const tf::Tensor& t) {
+  return t.detach().to(tf::DType::float64).contiguous().to_vector<double>();
+}
+
+std::vector<double> values(const torch::Tensor& t) {
+  const torch::Tensor c = t.detach().to(torch::kFloat64).contiguous();
+  const double* p = c.data_ptr<double>();
+  return std::vector<double>(p, p + c.numel());
+}
+
+// The largest absolute difference, relative to the largest magnitude of either side, or to
+// `floor` when that is larger (an elementwise relative error would flag every value that happens
+// to be near zero).
+double relative_difference(const std::vector<double>& ours, const std::vector<double>& theirs,
+                           const std::string& what, double floor = 0) {
+  TF_CHECK(ours.size() == theirs.size(), "benchmark_libtorch: ", what, " has ", ours.size(),
+           " values in tinyformer and ", theirs.size(), " in libtorch");
+  double diff = 0, scale = floor;
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    diff = std::max(diff, std::abs(ours[i] - theirs[i]));
+    scale = std::max({scale, std::abs(ours[i]), std::abs(theirs[i])});
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+double largest_magnitude(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// --- The layer written by hand in libtorch ops ---
+
+// The post-norm encoder layer: h = LN(x + Attn(x)), out = LN(h + FF(h)), with FF = Linear, ReLU,
+// Linear and dropout 0. With E defined, keys and values are compressed from n rows to k.
+struct HandLayer {
+  std::int64_t heads = 0;
+  torch::Tensor wq, bq, wk, bk, wv, bv, wo, bo, w1, b1, w2, b2, g1, beta1, g2, beta2;
+  torch::Tensor e;  // Linformer's E: [k, n]; undefined for full attention
+
+  // x: [B, n, d] -> [B, n, d]
+  torch::Tensor forward(const torch::Tensor& x) const {
+    const std::int64_t b = x.size(0), n = x.size(1), d = x.size(2), dh = d / heads;
+    torch::Tensor q = torch::linear(x, wq, bq);  // [B, n, d]
+    torch::Tensor k = torch::linear(x, wk, bk);
+    torch::Tensor v = torch::linear(x, wv, bv);
+    std::int64_t rows = n;
+    if (e.defined()) {
+      // E is shared by the heads, so it is applied once to all of them: E (X W_K) as written in
+      // the paper, before the heads are split.
+      k = torch::matmul(e, k);  // [B, k, d]
+      v = torch::matmul(e, v);
+      rows = e.size(0);
+    }
+    auto split = [&](const torch::Tensor& t, std::int64_t r) {
+      return t.view({b, r, heads, dh}).transpose(1, 2);  // [B, H, r, dh]
+    };
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+    torch::Tensor scores =
+        torch::matmul(split(q, n) * scale, split(k, rows).transpose(-2, -1));  // [B, H, n, r]
+    torch::Tensor context = torch::matmul(torch::softmax(scores, -1), split(v, rows));
+    torch::Tensor attended =
+        torch::linear(context.transpose(1, 2).reshape({b, n, d}), wo, bo);  // [B, n, d]
+    torch::Tensor h = torch::layer_norm(x + attended, {d}, g1, beta1, 1e-5);
+    torch::Tensor ff = torch::linear(torch::relu(torch::linear(h, w1, b1)), w2, b2);
+    return torch::layer_norm(h + ff, {d}, g2, beta2, 1e-5);
+  }
+
+  std::vector<torch::Tensor> parameters() const {
+    std::vector<torch::Tensor> p = {wq, bq, wk, bk, wv, bv,    wo, bo,
+                                    w1, b1, w2, b2, g1, beta1, g2, beta2};
+    if (e.defined()) p.push_back(e);
+    return p;
+  }
+};
+
+// One parameter of ours and where its values live in a libtorch layer: the whole tensor, or
+// `row_count` rows from `row` (torch::nn::MultiheadAttention stacks q, k and v in one).
+struct Tie {
+  std::string name;
+  tf::Tensor ours;
+  torch::Tensor theirs;
+  std::int64_t row = -1, row_count = 0;
+
+  torch::Tensor part(const torch::Tensor& t) const {
+    return row < 0 ? t : t.narrow(0, row, row_count);
+  }
+  void copy_to_torch() const {
+    torch::NoGradGuard no_grad;
+    torch::Tensor target = part(theirs);
+    target.copy_(to_torch(ours).view(target.sizes()));
+  }
+};
+
+// --- One comparison: our layer and the libtorch layers with its weights ---
+
+struct Case {
+  std::int64_t n = 0, k = 0;  // k = 0: full attention
+  tf::DType dtype = tf::DType::float32;
+  std::shared_ptr<tf::nn::TransformerEncoderLayer> ours;
+  torch::nn::TransformerEncoderLayer library{nullptr};  // full attention only
+  HandLayer hand;
+  std::vector<Tie> library_ties, hand_ties;
+  tf::Tensor x, r;             // input and the output's random projection: [B, n, d]
+  torch::Tensor x_bnd, r_bnd;  // the same values, for the layer by hand
+  torch::Tensor x_nbd, r_nbd;  // [n, B, d]: torch::nn's layers take the sequence first
+
+  std::string label() const { return k == 0 ? "full" : "Linformer k=" + std::to_string(k); }
+};
+
+std::int64_t total_numel(const std::vector<torch::Tensor>& ts) {
+  std::int64_t total = 0;
+  for (const auto& t : ts) total += t.numel();
+  return total;
+}
+
+// Builds our layer with its own initialisation, then the libtorch layers from its weights. The
+// weights and inputs depend on n and k only: a float64 case holds the float32 case's values.
+Case make_case(const Options& o, std::int64_t n, std::int64_t k, std::int64_t batch,
+               tf::DType dtype) {
+  tf::manual_seed(o.seed + static_cast<std::uint64_t>(n * 1000 + k));
+  Case c;
+  c.n = n, c.k = k, c.dtype = dtype;
+  const tf::nn::EncoderConfig config{.layers = 1,
+                                     .d_model = o.d_model,
+                                     .heads = o.heads,
+                                     .d_ff = o.d_ff,
+                                     .max_seq_len = n,
+                                     .dropout = 0.0,
+                                     .activation = tf::nn::Activation::relu,
+                                     .pre_norm = false};
+  std::shared_ptr<tf::nn::Attention> attention;
+  std::shared_ptr<tf::nn::LinearProjection> projection;
+  if (k == 0) {
+    attention = std::make_shared<tf::nn::MultiHeadAttention>(o.d_model, o.heads, 0.0);
+  } else {
+    // Layerwise sharing in a one-layer model: one E for keys, values and every head.
+    projection = std::make_shared<tf::nn::LinearProjection>(tf::nn::ProjectionSpec{
+        .k = k, .max_seq_len = n, .head_dim = o.d_model / o.heads, .heads = 1});
+    attention = std::make_shared<tf::nn::LinformerAttention>(o.d_model, o.heads, projection,
+                                                             projection, 0.0);
+  }
+  c.ours = std::make_shared<tf::nn::TransformerEncoderLayer>(config, attention);
+  c.ours->to(dtype);
+
+  const auto& a = *c.ours->attention;
+  const auto& ff = *c.ours->feed_forward;
+  const auto& ln1 = *c.ours->norm1;
+  const auto& ln2 = *c.ours->norm2;
+  auto leaf = [](const tf::Tensor& t) { return to_torch(t).requires_grad_(); };
+  HandLayer& h = c.hand;
+  h.heads = o.heads;
+  h.wq = leaf(a.q_proj->weight), h.bq = leaf(a.q_proj->bias);
+  h.wk = leaf(a.k_proj->weight), h.bk = leaf(a.k_proj->bias);
+  h.wv = leaf(a.v_proj->weight), h.bv = leaf(a.v_proj->bias);
+  h.wo = leaf(a.out_proj->weight), h.bo = leaf(a.out_proj->bias);
+  h.w1 = leaf(ff.fc1->weight), h.b1 = leaf(ff.fc1->bias);
+  h.w2 = leaf(ff.fc2->weight), h.b2 = leaf(ff.fc2->bias);
+  h.g1 = leaf(ln1.weight), h.beta1 = leaf(ln1.bias);
+  h.g2 = leaf(ln2.weight), h.beta2 = leaf(ln2.bias);
+  c.hand_ties = {{"q_proj.weight", a.q_proj->weight, h.wq},
+                 {"q_proj.bias", a.q_proj->bias, h.bq},
+                 {"k_proj.weight", a.k_proj->weight, h.wk},
+                 {"k_proj.bias", a.k_proj->bias, h.bk},
+                 {"v_proj.weight", a.v_proj->weight, h.wv},
+                 {"v_proj.bias", a.v_proj->bias, h.bv},
+                 {"out_proj.weight", a.out_proj->weight, h.wo},
+                 {"out_proj.bias", a.out_proj->bias, h.bo},
+                 {"fc1.weight", ff.fc1->weight, h.w1},
+                 {"fc1.bias", ff.fc1->bias, h.b1},
+                 {"fc2.weight", ff.fc2->weight, h.w2},
+                 {"fc2.bias", ff.fc2->bias, h.b2},
+                 {"norm1.weight", ln1.weight, h.g1},
+                 {"norm1.bias", ln1.bias, h.beta1},
+                 {"norm2.weight", ln2.weight, h.g2},
+                 {"norm2.bias", ln2.bias, h.beta2}};
+  if (projection) {
+    // Ours is [1, k, n]: one matrix for every head.
+    h.e = to_torch(projection->weight).reshape({k, n}).detach().requires_grad_();
+    c.hand_ties.push_back({"projection.E", projection->weight, h.e});
+  }
+  TF_CHECK(total_numel(h.parameters()) == c.ours->num_parameters(),
+           "benchmark_libtorch: the layer by hand has ", total_numel(h.parameters()),
+           " parameters, ours ", c.ours->num_parameters());
+
+  if (k == 0) {
+    c.library = torch::nn::TransformerEncoderLayer(
+        torch::nn::TransformerEncoderLayerOptions(o.d_model, o.heads)
+            .dim_feedforward(o.d_ff)
+            .dropout(0.0)
+            .activation(torch::kReLU));
+    c.library->to(dtype == tf::DType::float64 ? torch::kFloat64 : torch::kFloat32);
+    const auto& lib = *c.library;
+    const auto& mha = *lib.self_attn;
+    const std::int64_t d = o.d_model;
+    c.library_ties = {{"q_proj.weight", a.q_proj->weight, mha.in_proj_weight, 0, d},
+                      {"k_proj.weight", a.k_proj->weight, mha.in_proj_weight, d, d},
+                      {"v_proj.weight", a.v_proj->weight, mha.in_proj_weight, 2 * d, d},
+                      {"q_proj.bias", a.q_proj->bias, mha.in_proj_bias, 0, d},
+                      {"k_proj.bias", a.k_proj->bias, mha.in_proj_bias, d, d},
+                      {"v_proj.bias", a.v_proj->bias, mha.in_proj_bias, 2 * d, d},
+                      {"out_proj.weight", a.out_proj->weight, mha.out_proj->weight},
+                      {"out_proj.bias", a.out_proj->bias, mha.out_proj->bias},
+                      {"fc1.weight", ff.fc1->weight, lib.linear1->weight},
+                      {"fc1.bias", ff.fc1->bias, lib.linear1->bias},
+                      {"fc2.weight", ff.fc2->weight, lib.linear2->weight},
+                      {"fc2.bias", ff.fc2->bias, lib.linear2->bias},
+                      {"norm1.weight", ln1.weight, lib.norm1->weight},
+                      {"norm1.bias", ln1.bias, lib.norm1->bias},
+                      {"norm2.weight", ln2.weight, lib.norm2->weight},
+                      {"norm2.bias", ln2.bias, lib.norm2->bias}};
+    for (const Tie& t : c.library_ties) t.copy_to_torch();
+    // Every libtorch parameter is covered: nothing left at its own random initialisation.
+    TF_CHECK(total_numel(c.library->parameters()) == c.ours->num_parameters(),
+             "benchmark_libtorch: torch::nn::TransformerEncoderLayer has ",
+             total_numel(c.library->parameters()), " parameters, ours ", c.ours->num_parameters());
+  }
+
+  c.x = tf::randn({batch, n, o.d_model}).to(dtype);
+  c.x.requires_grad_();
+  c.r = tf::randn({batch, n, o.d_model}).to(dtype);
+  c.x_bnd = to_torch(c.x).requires_grad_();
+  c.r_bnd = to_torch(c.r);
+  c.x_nbd = c.x_bnd.detach().transpose(0, 1).contiguous().requires_grad_();
+  c.r_nbd = c.r_bnd.transpose(0, 1).contiguous();
+  return c;
+}
+
+// The steps the timing and the check share: drop the gradients, then forward, or forward and
+// backward of sum(out * r).
+void zero_ours(Case& c) {
+  c.ours->zero_grad();
+  c.x.zero_grad();
+}
+tf::Tensor train_ours(Case& c) {
+  tf::Tensor y = c.ours->forward(c.x);
+  tf::sum(tf::mul(y, c.r)).backward();
+  return y;
+}
+void zero_hand(Case& c) {
+  for (torch::Tensor& p : c.hand.parameters()) p.mutable_grad() = torch::Tensor();
+  c.x_bnd.mutable_grad() = torch::Tensor();
+}
+torch::Tensor train_hand(Case& c) {
+  torch::Tensor y = c.hand.forward(c.x_bnd);
+  (y * c.r_bnd).sum().backward();
+  return y;
+}
+void zero_library(Case& c) {
+  c.library->zero_grad(/*set_to_none=*/true);
+  c.x_nbd.mutable_grad() = torch::Tensor();
+}
+torch::Tensor train_library(Case& c) {
+  torch::Tensor y = c.library->forward(c.x_nbd);
+  (y * c.r_nbd).sum().backward();
+  return y;
+}
+
+// --- The agreement check ---
+
+struct Agreement {
+  std::string torch_impl;
+  double output = 0, input_grad = 0, param_grad = 0;
+  std::string worst_param;
+  double worst() const { return std::max({output, input_grad, param_grad}); }
+};
+
+Agreement agree(const std::string& torch_impl, const tf::Tensor& y, const torch::Tensor& y_torch,
+                const tf::Tensor& x, const torch::Tensor& x_grad_torch,
+                const std::vector<Tie>& ties) {
+  Agreement a;
+  a.torch_impl = torch_impl;
+  a.output = relative_difference(values(y), values(y_torch), "the output");
+  TF_CHECK(x.grad().defined() && x_grad_torch.defined(),
+           "benchmark_libtorch: no input gradient after backward");
+  a.input_grad = relative_difference(values(x.grad()), values(x_grad_torch), "the input gradient");
+  // The key bias's gradient is zero in exact arithmetic (softmax ignores a constant added to a
+  // row of scores), so both sides hold rounding noise: each gradient is compared relative to
+  // at least 1% of the largest parameter gradient of the layer.
+  double largest = 0;
+  for (const Tie& t : ties) {
+    TF_CHECK(t.ours.grad().defined() && t.theirs.grad().defined(),
+             "benchmark_libtorch: no gradient for ", t.name, " after backward");
+    largest = std::max(largest, largest_magnitude(values(t.ours.grad())));
+  }
+  for (const Tie& t : ties) {
+    const double d = relative_difference(values(t.ours.grad()), values(t.part(t.theirs.grad())),
+                                         t.name + "'s gradient", 0.01 * largest);
+    if (d >= a.param_grad) a.param_grad = d, a.worst_param = t.name;
+  }
+  return a;
+}
+
+// Runs each framework once in training mode on the same input and compares; throws Error
+// naming what disagrees. In float32 only the output is held to `rtol`: ReLU's derivative jumps at
+// 0, so a pre-activation within rounding of zero lands on different sides of it in the two
+// frameworks and changes that unit's gradient by O(1). At n = 1024, k = 64 this happens in two
+// of fc1's 1024 rows, whose gradients then differ by 1% of the largest value, in both
+// frameworks alike against a float64 reference; in float64 the two agree to 1e-15. The float64
+// check holds the gradients to `rtol` as well.
+std::vector<Agreement> check(Case& c, double rtol) {
+  zero_ours(c);
+  const tf::Tensor y = train_ours(c);
+  std::vector<Agreement> out;
+  if (c.library) {
+    zero_library(c);
+    const torch::Tensor y_lib = train_library(c).transpose(0, 1);
+    out.push_back(
+        agree("torch::nn", y, y_lib, c.x, c.x_nbd.grad().transpose(0, 1), c.library_ties));
+  }
+  zero_hand(c);
+  const torch::Tensor y_hand = train_hand(c);
+  out.push_back(agree("by hand", y, y_hand, c.x, c.x_bnd.grad(), c.hand_ties));
+  const bool f64 = c.dtype == tf::DType::float64;
+  for (const Agreement& a : out) {
+    const double held = f64 ? a.worst() : a.output;
+    std::printf(
+        "check n=%-5lld %-15s %-7s batch %lld, tinyformer vs torch %-10s output %.1e, "
+        "input grad %.1e, parameter grads %.1e (%s)%s: %s\n",
+        static_cast<long long>(c.n), c.label().c_str(), f64 ? "float64" : "float32",
+        static_cast<long long>(c.x.size(0)), a.torch_impl.c_str(), a.output, a.input_grad,
+        a.param_grad, a.worst_param.c_str(), f64 ? "" : " [gradients not held in float32]",
+        held <= rtol ? "agree" : "DISAGREE");
+    TF_CHECK(held <= rtol, "benchmark_libtorch: at n=", c.n, ", ", c.label(), ", ",
+             f64 ? "float64" : "float32", ", tinyformer and libtorch (", a.torch_impl,
+             ") disagree: largest difference relative to the largest value: output ", a.output,
+             f64 ? ", input gradient " : "", f64 ? std::to_string(a.input_grad) : "",
+             f64 ? ", parameter gradients " : "", f64 ? std::to_string(a.param_grad) : "",
+             f64 ? " (" + a.worst_param + ")" : "", "; the tolerance is ", rtol);
+  }
+  std::fflush(stdout);
+  return out;
+}
+
+// --- Timing ---
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Timing {
+  double median = 0, min = 0;  // ms
+};
+
+// What is timed, and what runs untimed before it (dropping the gradients).
+struct Job {
+  std::function<void()> setup, run;
+};
+
+// Runs every job `warmup` times, then `reps` rounds of one timed run of each, so that a change
+// in the machine's load hits every job alike.
+std::vector<Timing> time_interleaved(const std::vector<Job>& jobs, int warmup, int reps) {
+  for (int w = 0; w < warmup; ++w) {
+    for (const Job& j : jobs) j.setup(), j.run();
+  }
+  std::vector<std::vector<double>> t(jobs.size());
+  for (int rep = 0; rep < reps; ++rep) {
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      jobs[i].setup();
+      const double start = now_ms();
+      jobs[i].run();
+      t[i].push_back(now_ms() - start);
+    }
+  }
+  std::vector<Timing> out;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    out.push_back({v[v.size() / 2], v.front()});
+  }
+  return out;
+}
+
+struct Row {
+  std::int64_t n, k;
+  std::string layer, torch_impl;
+  Timing torch_train, torch_forward, ours_train, ours_forward;
+  Agreement agreement, agreement64;
+};
+
+// Times forward (inference: no graph, in both) and forward+backward (the input requires grad in
+// both, as a layer inside a stack does) of every framework of the case.
+std::vector<Row> measure(Case& c, const std::vector<Agreement>& agreements,
+                         const std::vector<Agreement>& agreements64, const Options& o) {
+  const auto nothing = [] {};
+  std::vector<std::string> impls = {"tinyformer"};
+  std::vector<Job> train = {{[&] { zero_ours(c); }, [&] { train_ours(c); }}};
+  std::vector<Job> forward = {{nothing, [&] {
+                                 tf::NoGradGuard no_grad;
+                                 tf::Tensor y = c.ours->forward(c.x);
+                               }}};
+  if (c.library) {
+    impls.push_back("torch::nn");
+    train.push_back({[&] { zero_library(c); }, [&] { train_library(c); }});
+    forward.push_back({nothing, [&] {
+                         torch::NoGradGuard no_grad;
+                         torch::Tensor y = c.library->forward(c.x_nbd);
+                       }});
+  }
+  impls.push_back("by hand");
+  train.push_back({[&] { zero_hand(c); }, [&] { train_hand(c); }});
+  forward.push_back({nothing, [&] {
+                       torch::NoGradGuard no_grad;
+                       torch::Tensor y = c.hand.forward(c.x_bnd);
+                     }});
+
+  std::vector<Timing> t_train(impls.size()), t_forward;
+  if (!o.forward_only) t_train = time_interleaved(train, o.warmup, o.reps);
+  t_forward = time_interleaved(forward, o.warmup, o.reps);
+
+  std::vector<Row> rows;
+  for (std::size_t i = 1; i < impls.size(); ++i) {
+    rows.push_back({c.n, c.k, c.label(), impls[i], t_train[i], t_forward[i], t_train[0],
+                    t_forward[0], agreements[i - 1], agreements64[i - 1]});
+  }
+  return rows;
+}
+
+// --- What ran: the environment, the libraries, the threads ---
+
+// The shared libraries of the BLAS, OpenMP, oneDNN and allocator actually mapped into this
+// process (an LD_PRELOAD of a missing file is silently skipped by the loader, and two OpenBLAS
+// builds can end up side by side).
+std::vector<std::string> loaded_libraries() {
+  std::ifstream maps("/proc/self/maps");
+  std::set<std::string> found;
+  std::string line;
+  while (std::getline(maps, line)) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    for (const char* key : {"openblas", "libblas", "libgomp", "libdnnl", "tcmalloc", "libtorch"}) {
+      if (path.find(key) != std::string::npos) found.insert(path);
+    }
+  }
+  return {found.begin(), found.end()};
+}
+
+nlohmann::json describe_environment() {
+  nlohmann::json env;
+  std::printf("environment:\n");
+  for (const char* name :
+       {"OPENBLAS_CORETYPE", "OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT", "LD_PRELOAD",
+        "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_PROC_BIND"}) {
+    const char* value = std::getenv(name);
+    std::printf("  %-24s %s\n", name, value ? value : "[not set]");
+    env[name] = value ? nlohmann::json(value) : nlohmann::json(nullptr);
+  }
+  const auto libraries = loaded_libraries();
+  std::printf("libraries loaded:\n");
+  for (const auto& l : libraries) std::printf("  %s\n", l.c_str());
+  env["libraries"] = libraries;
+
+  const std::string ours = tf::runtime_info();
+  std::printf("tinyformer runtime:\n%s\n", ours.c_str());
+  env["tinyformer_runtime"] = ours;
+  const std::string torch_info = at::get_parallel_info();
+  std::printf("libtorch %s, %s", TORCH_VERSION, torch_info.c_str());
+  env["libtorch_version"] = TORCH_VERSION;
+  env["libtorch_parallel_info"] = torch_info;
+  // The build's BLAS and the vector ISA its kernels were dispatched to.
+  const std::string config = at::show_config();
+  for (const char* key : {"CPU capability usage", "BLAS_INFO="}) {
+    const auto at = config.find(key);
+    if (at == std::string::npos) continue;
+    const auto end = config.find_first_of(",\n", at);
+    const std::string item = config.substr(at, end - at);
+    std::printf("libtorch %s\n", item.c_str());
+    env["libtorch_build"].push_back(item);
+  }
+  std::printf("\n");
+  return env;
+}
+
+// "fwd+bwd (fwd)", or "- (fwd)" when only the forward pass was timed.
+std::string pair(double train, double forward, bool forward_only) {
+  char buf[64];
+  if (forward_only) {
+    std::snprintf(buf, sizeof buf, "- (%.2f)", forward);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f (%.2f)", train, forward);
+  }
+  return buf;
+}
+
+void print_header() {
+  std::printf("%-6s %-15s %-10s | %-20s | %-20s | %-13s | %s\n", "n", "layer", "torch", "torch ms",
+              "tinyformer ms", "ratio", "ratio (fastest runs)");
+}
+
+void print_row(const Row& r, bool forward_only) {
+  const double train_ratio = forward_only ? 0 : r.torch_train.median / r.ours_train.median;
+  const double fastest_train_ratio = forward_only ? 0 : r.torch_train.min / r.ours_train.min;
+  std::printf(
+      "%-6lld %-15s %-10s | %-20s | %-20s | %-13s | %s\n", static_cast<long long>(r.n),
+      r.layer.c_str(), r.torch_impl.c_str(),
+      pair(r.torch_train.median, r.torch_forward.median, forward_only).c_str(),
+      pair(r.ours_train.median, r.ours_forward.median, forward_only).c_str(),
+      pair(train_ratio, r.torch_forward.median / r.ours_forward.median, forward_only).c_str(),
+      pair(fastest_train_ratio, r.torch_forward.min / r.ours_forward.min, forward_only).c_str());
+}
+
+nlohmann::json agreement_json(const Agreement& a) {
+  return {{"output", a.output},
+          {"input_grad", a.input_grad},
+          {"param_grad", a.param_grad},
+          {"worst_param", a.worst_param}};
+}
+
+nlohmann::json to_json(const Row& r) {
+  // Train times are null when only the forward pass was timed.
+  auto timing = [](const Timing& train, const Timing& fwd) {
+    auto ms = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    return nlohmann::json{{"train_ms", ms(train.median)},
+                          {"train_min_ms", ms(train.min)},
+                          {"forward_ms", fwd.median},
+                          {"forward_min_ms", fwd.min}};
+  };
+  return {{"n", r.n},
+          {"layer", r.layer},
+          {"k", r.k == 0 ? nlohmann::json(nullptr) : nlohmann::json(r.k)},
+          {"torch_impl", r.torch_impl},
+          {"torch", timing(r.torch_train, r.torch_forward)},
+          {"tinyformer", timing(r.ours_train, r.ours_forward)},
+          {"ratio_train", r.ours_train.median > 0
+                              ? nlohmann::json(r.torch_train.median / r.ours_train.median)
+                              : nlohmann::json(nullptr)},
+          {"ratio_forward", r.torch_forward.median / r.ours_forward.median},
+          {"agreement_float32", agreement_json(r.agreement)},
+          {"agreement_float64", agreement_json(r.agreement64)}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"An encoder layer in tinyformer and in libtorch: agreement, then speed"};
+  Options o;
+  app.add_option("--n", o.ns, "sequence lengths")->delimiter(',');
+  app.add_option("--k", o.ks, "Linformer projected lengths (k < n are timed)")->delimiter(',');
+  auto* batch_option = app.add_option("--batch", o.batch);
+  app.add_option("--d-model", o.d_model);
+  app.add_option("--heads", o.heads);
+  app.add_option("--d-ff", o.d_ff);
+  app.add_option("--reps", o.reps, "timed runs of each, the median reported")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--warmup", o.warmup, "untimed runs of each first")->check(CLI::Range(0, 1000000));
+  app.add_option("--threads", o.threads, "threads of both frameworks")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--rtol", o.rtol,
+                 "largest float32 output difference allowed, relative to the largest value");
+  app.add_option("--rtol64", o.rtol64,
+                 "the same for float64 outputs and gradients (input and parameters)");
+  app.add_option("--seed", o.seed);
+  app.add_option("--json", o.json_path, "where to write the results");
+  app.add_flag("--forward-only", o.forward_only, "time the forward pass only");
+  app.add_flag("--check-only", o.check_only,
+               "only the agreement checks, at n = 64, batch 2, k = 16 and 64 unless given; "
+               "exits non-zero on disagreement");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    TF_CHECK(o.d_model > 0 && o.heads > 0 && o.d_model % o.heads == 0 && o.d_ff > 0 && o.batch > 0,
+             "benchmark_libtorch: expected positive sizes and d_model divisible by heads, got "
+             "d_model=",
+             o.d_model, ", heads=", o.heads, ", d_ff=", o.d_ff, ", batch=", o.batch);
+    if (o.check_only) {
+      if (app.count("--n") == 0) o.ns = {64};
+      if (app.count("--k") == 0) o.ks = {16, 64};
+      if (batch_option->count() == 0) o.batch = 2;
+    }
+    for (std::int64_t n : o.ns) TF_CHECK(n > 0, "benchmark_libtorch: expected n > 0, got ", n);
+    for (std::int64_t k : o.ks) TF_CHECK(k > 0, "benchmark_libtorch: expected k > 0, got ", k);
+
+    // Both frameworks run their loops on the same OpenMP runtime (libgomp); libtorch's
+    // inter-op pool is not used by a single layer, so it gets one thread.
+    at::set_num_interop_threads(1);
+    at::set_num_threads(o.threads);
+    omp_set_num_threads(o.threads);
+    torch::manual_seed(static_cast<std::uint64_t>(o.seed));
+    const nlohmann::json environment = describe_environment();
+    std::printf(
+        "post-norm encoder layer: d_model %lld, %lld heads, ff %lld, ReLU, dropout 0, "
+        "batch %lld, float32, %d threads\n",
+        static_cast<long long>(o.d_model), static_cast<long long>(o.heads),
+        static_cast<long long>(o.d_ff), static_cast<long long>(o.batch), o.threads);
+    if (!o.check_only) {
+      std::printf(
+          "timing: %d warm-up runs, then the median of %d; the frameworks take turns. "
+          "forward: inference, no graph (NoGradGuard in both); forward+backward: the "
+          "input requires grad, loss sum(out * r) for a fixed random r\n",
+          o.warmup, o.reps);
+    }
+    std::printf("\n");
+
+    std::vector<Row> rows;
+    if (!o.check_only) print_header();
+    for (std::int64_t n : o.ns) {
+      std::vector<std::int64_t> kinds = {0};
+      for (std::int64_t k : o.ks) {
+        // Timing k >= n would compare nothing Linformer is for; the check still covers k = n.
+        if (k < n || (o.check_only && k == n)) kinds.push_back(k);
+      }
+      for (std::int64_t k : kinds) {
+        // The float64 check runs at batch 2 at most: batching is still covered, and at n = 4096
+        // each float64 attention matrix ([2, 4, 4096, 4096]) is 1 GiB instead of 2.
+        std::vector<Agreement> agreements64;
+        {
+          Case c64 = make_case(o, n, k, std::min<std::int64_t>(o.batch, 2), tf::DType::float64);
+          agreements64 = check(c64, o.rtol64);
+        }
+        tf::empty_cache();
+        Case c = make_case(o, n, k, o.batch, tf::DType::float32);
+        const std::vector<Agreement> agreements = check(c, o.rtol);
+        if (o.check_only) continue;
+        for (Row& r : measure(c, agreements, agreements64, o)) {
+          print_row(r, o.forward_only);
+          rows.push_back(std::move(r));
+        }
+        std::fflush(stdout);
+        tf::empty_cache();  // the next case should not start with this one's cached blocks
+      }
+    }
+    if (o.check_only) {
+      std::printf(
+          "all checks agree: float32 outputs within %.0e, float64 outputs and gradients "
+          "within %.0e\n",
+          o.rtol, o.rtol64);
+      return 0;
+    }
+    std::printf(
+        "\nmedian ms per layer call, forward+backward (forward); ratio = torch / "
+        "tinyformer, above 1: tinyformer is faster\n");
+    print_header();
+    for (const Row& r : rows) print_row(r, o.forward_only);
+
+    nlohmann::json results = nlohmann::json::array();
+    for (const Row& r : rows) results.push_back(to_json(r));
+    std::ofstream(o.json_path) << nlohmann::json{{"config",
+                                                  {{"d_model", o.d_model},
+                                                   {"heads", o.heads},
+                                                   {"d_ff", o.d_ff},
+                                                   {"batch", o.batch},
+                                                   {"threads", o.threads},
+                                                   {"reps", o.reps},
+                                                   {"warmup", o.warmup},
+                                                   {"forward_only", o.forward_only},
+                                                   {"activation", "relu"},
+                                                   {"norm", "post"},
+                                                   {"dtype", "float32"}}},
+                                                 {"environment", environment},
+                                                 {"results", results}}
+                                      .dump(2)
+                               << "\n";
+    std::printf("results written to %s\n", o.json_path.c_str());
+  } catch (const tf::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());  // our messages name the program already
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "benchmark_libtorch: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
