@@ -37,8 +37,8 @@ Tensor softmax_backward_rows(const Tensor& p, const Tensor& dp) {
   const std::int64_t m = p.size(-1);
   Tensor ds = empty(p.shape(), {.dtype = p.dtype(), .device = p.device()});
   if (p.numel() > 0) {
-    backend(p.device()).softmax_backward(p.view({-1, m}), contiguous(dp).view({-1, m}), false,
-                                         ds.view({-1, m}));
+    backend(p.device())
+        .softmax_backward(p.view({-1, m}), contiguous(dp).view({-1, m}), false, ds.view({-1, m}));
   }
   return ds;
 }
@@ -51,10 +51,12 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   TF_CHECK(q.dim() >= 2 && q.dim() == k.dim() && q.dim() == v.dim(), op,
            ": expected q, k, v with the same number of dims (>= 2), got ", shape_str(q.shape()),
            ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
-  TF_CHECK(q.size(-1) == k.size(-1), op, ": q and k differ in their last dim: ",
-           shape_str(q.shape()), " and ", shape_str(k.shape()));
-  TF_CHECK(k.size(-2) == v.size(-2), op, ": k and v hold different numbers of keys: ",
-           shape_str(k.shape()), " and ", shape_str(v.shape()));
+  TF_CHECK(q.size(-1) == k.size(-1), op,
+           ": q and k differ in their last dim: ", shape_str(q.shape()), " and ",
+           shape_str(k.shape()));
+  TF_CHECK(k.size(-2) == v.size(-2), op,
+           ": k and v hold different numbers of keys: ", shape_str(k.shape()), " and ",
+           shape_str(v.shape()));
   for (std::int64_t d = 0; d + 2 < q.dim(); ++d) {
     TF_CHECK(q.size(d) == k.size(d) && q.size(d) == v.size(d), op,
              ": q, k, v differ in leading dim ", d, ": ", shape_str(q.shape()), ", ",
@@ -89,8 +91,8 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
       Generator& gen = options.generator ? *options.generator : default_generator();
       keep = empty(p.shape(), {.dtype = p.dtype(), .device = p.device()});
       const auto [seed, offset] = gen.reserve(static_cast<std::uint64_t>(keep.numel()));
-      backend(p.device()).random(keep, RandomKind::bernoulli, seed, offset, 1.0 - options.dropout,
-                                 0.0);
+      backend(p.device())
+          .random(keep, RandomKind::bernoulli, seed, offset, 1.0 - options.dropout, 0.0);
       keep = mul(keep, scalar_tensor(1.0 / (1.0 - options.dropout),
                                      {.dtype = p.dtype(), .device = p.device()}));
       pd = mul(p, keep);
@@ -100,17 +102,17 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   if (options.probs) *options.probs = p;
 
   Tensor sk = save(k), sv = save(v);
-  return record("fused_attention", out, {q, k, v},
-                [qs, sk, sv, p, pd, keep, scale](const Tensor& g) {
-                  Tensor dv = matmul(pd.transpose(-2, -1), g);
-                  Tensor dp = matmul(g, sv.transpose(-2, -1));
-                  if (keep.defined()) dp = mul(dp, keep);
-                  Tensor ds = softmax_backward_rows(p, dp);
-                  Tensor dq = mul(matmul(ds, sk),
-                                  scalar_tensor(scale, {.dtype = g.dtype(), .device = g.device()}));
-                  Tensor dk = matmul(ds.transpose(-2, -1), qs);
-                  return std::vector<Tensor>{dq, dk, dv};
-                });
+  return record(
+      "fused_attention", out, {q, k, v}, [qs, sk, sv, p, pd, keep, scale](const Tensor& g) {
+        Tensor dv = matmul(pd.transpose(-2, -1), g);
+        Tensor dp = matmul(g, sv.transpose(-2, -1));
+        if (keep.defined()) dp = mul(dp, keep);
+        Tensor ds = softmax_backward_rows(p, dp);
+        Tensor dq =
+            mul(matmul(ds, sk), scalar_tensor(scale, {.dtype = g.dtype(), .device = g.device()}));
+        Tensor dk = matmul(ds.transpose(-2, -1), qs);
+        return std::vector<Tensor>{dq, dk, dv};
+      });
 }
 
 }  // namespace tinyformer

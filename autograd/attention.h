@@ -10,11 +10,11 @@
 namespace tinyformer {
 
 struct AttentionOptions {
-  bool causal = false;        // query i attends to keys j <= i only
-  double dropout = 0.0;       // on the probabilities, in training only
+  bool causal = false;   // query i attends to keys j <= i only
+  double dropout = 0.0;  // on the probabilities, in training only
   bool training = false;
   Generator* generator = nullptr;  // for dropout; the default generator if null
-  Tensor* probs = nullptr;    // if set, receives the probabilities [..., n, m] (no graph)
+  Tensor* probs = nullptr;         // if set, receives the probabilities [..., n, m] (no graph)
 };
 
 // q: [..., n, d], k: [..., m, d], v: [..., m, dv] with equal leading dims (e.g. [B, H]).

@@ -406,7 +406,8 @@ void set_data(const Tensor& dst, const Tensor& src) {
   impl->strides = src.strides();
   impl->offset = src.offset();
   impl->dtype = src.dtype();
-  if (impl->grad.defined() && (impl->grad.device() != src.device() || impl->grad.dtype() != src.dtype())) {
+  if (impl->grad.defined() &&
+      (impl->grad.device() != src.device() || impl->grad.dtype() != src.dtype())) {
     impl->grad = Tensor();
   }
 }

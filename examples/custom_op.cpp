@@ -19,7 +19,9 @@ struct Softplus : autograd::Function {
   std::string name() const override { return "Softplus"; }
 };
 
-Tensor softplus(const Tensor& x) { return autograd::apply(std::make_shared<Softplus>(), {x}); }
+Tensor softplus(const Tensor& x) {
+  return autograd::apply(std::make_shared<Softplus>(), {x});
+}
 
 int main() {
   Tensor x = randn({3, 4}, {.dtype = kFloat64, .requires_grad = true});

@@ -14,8 +14,8 @@ struct FixedGaussianProjection : nn::Projection {
   Tensor e;  // [k, max_seq_len], a buffer: saved with the model, never trained
 
   explicit FixedGaussianProjection(const nn::ProjectionSpec& spec) {
-    e = register_buffer("e", randn({spec.k, spec.max_seq_len}) /
-                                 std::sqrt(static_cast<double>(spec.k)));
+    e = register_buffer("e",
+                        randn({spec.k, spec.max_seq_len}) / std::sqrt(static_cast<double>(spec.k)));
   }
   Tensor forward(const Tensor& x) const override {
     return matmul(e.narrow(1, 0, x.size(2)).to(x.dtype()), x);

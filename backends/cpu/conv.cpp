@@ -10,14 +10,11 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
 #include "core/error.h"
+#include "core/op_checks.h"
 
 namespace tinyformer::cpu {
 
 namespace {
-
-struct ConvShape {
-  std::int64_t batch, c_in, length, c_out, kernel, stride, padding, out_length;
-};
 
 // --- float64 loops ---
 // out[b, o, t] = bias[o] + sum_{c, k} w[o, c, k] * x[b, c, t * stride - padding + k]
@@ -204,41 +201,6 @@ void conv_backward_weights_dnnl(const ConvShape& s, const Tensor& g, const Tenso
   dnnl_execute(p, std::move(args), "conv1d_backward", conv_work(s));
 }
 
-// --- validation ---
-void check_tensor(const Tensor& t, const char* op, const char* name, const Shape& shape,
-                  DType dtype) {
-  TF_CHECK(t.shape() == shape, op, ": expected ", name, " of shape ", shape_str(shape), ", got ",
-           shape_str(t.shape()));
-  TF_CHECK(t.dtype() == dtype, op, ": expected ", name, " of dtype ", dtype, ", got ", t.dtype());
-  TF_CHECK(t.device().is_cpu(), op, ": the CPU backend got ", name, " on ", t.device());
-  TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
-           shape_str(t.strides()));
-}
-
-// x: [B, Cin, L], weight: [Cout, Cin, K]; checks both and works out Lout.
-ConvShape conv_shape(const char* op, const Tensor& x, const Tensor& weight, std::int64_t stride,
-                     std::int64_t padding) {
-  TF_CHECK(x.defined() && weight.defined(), op,
-           ": expected defined x and weight, got an undefined Tensor");
-  TF_CHECK(x.dim() == 3, op, ": expected x of shape [B, C, L], got ", shape_str(x.shape()));
-  TF_CHECK(weight.dim() == 3, op, ": expected weight of shape [Cout, Cin, K], got ",
-           shape_str(weight.shape()));
-  TF_CHECK(is_floating(x.dtype()), op, ": expected float32 or float64, got ", x.dtype());
-  check_tensor(x, op, "x", x.shape(), x.dtype());
-  check_tensor(weight, op, "weight", weight.shape(), x.dtype());
-  TF_CHECK(weight.size(1) == x.size(1), op, ": weight ", shape_str(weight.shape()), " expects ",
-           weight.size(1), " input channels, x ", shape_str(x.shape()), " has ", x.size(1));
-  TF_CHECK(stride >= 1, op, ": expected stride >= 1, got ", stride);
-  TF_CHECK(padding >= 0, op, ": expected padding >= 0, got ", padding);
-  TF_CHECK(weight.size(2) >= 1, op, ": expected a kernel of at least 1, got ",
-           shape_str(weight.shape()));
-  const std::int64_t padded = x.size(2) + 2 * padding;
-  TF_CHECK(padded >= weight.size(2), op, ": the kernel (", weight.size(2),
-           ") is longer than the padded input (", padded, ")");
-  return {x.size(0),      x.size(1), x.size(2), weight.size(0),
-          weight.size(2), stride,    padding,   (padded - weight.size(2)) / stride + 1};
-}
-
 template <typename T>
 T* data_or_null(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
@@ -249,11 +211,7 @@ T* data_or_null(const Tensor& t) {
 // x: [B, Cin, L], weight: [Cout, Cin, K], bias: [Cout] or undefined, out: [B, Cout, Lout]
 void CpuBackend::conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         std::int64_t stride, std::int64_t padding, const Tensor& out) {
-  const char* op = "conv1d";
-  const ConvShape s = conv_shape(op, x, weight, stride, padding);
-  if (bias.defined()) check_tensor(bias, op, "bias", {s.c_out}, x.dtype());
-  TF_CHECK(out.defined(), op, ": expected a defined out, got an undefined Tensor");
-  check_tensor(out, op, "out", {s.batch, s.c_out, s.out_length}, x.dtype());
+  const ConvShape s = check_conv1d_args(x, weight, bias, stride, padding, out, DeviceType::cpu);
   if (out.numel() == 0) return;
   // With no input channels the sum is empty and out is the bias alone: the loop handles that
   // (oneDNN rejects zero-sized tensors).
@@ -273,14 +231,8 @@ void CpuBackend::conv1d(const Tensor& x, const Tensor& weight, const Tensor& bia
 void CpuBackend::conv1d_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                  std::int64_t stride, std::int64_t padding, const Tensor& grad_x,
                                  const Tensor& grad_weight, const Tensor& grad_bias) {
-  const char* op = "conv1d_backward";
-  const ConvShape s = conv_shape(op, x, weight, stride, padding);
-  TF_CHECK(grad.defined(), op, ": expected a defined grad, got an undefined Tensor");
-  check_tensor(grad, op, "grad", {s.batch, s.c_out, s.out_length}, x.dtype());
-  if (grad_x.defined()) check_tensor(grad_x, op, "grad_x", x.shape(), x.dtype());
-  if (grad_weight.defined())
-    check_tensor(grad_weight, op, "grad_weight", weight.shape(), x.dtype());
-  if (grad_bias.defined()) check_tensor(grad_bias, op, "grad_bias", {s.c_out}, x.dtype());
+  const ConvShape s = check_conv1d_backward_args(grad, x, weight, stride, padding, grad_x,
+                                                 grad_weight, grad_bias, DeviceType::cpu);
   // oneDNN rejects zero-sized problems; their gradients are all zeros.
   const bool empty = s.batch == 0 || s.c_in == 0 || s.c_out == 0;
   if (x.dtype() == DType::float32 && !empty) {

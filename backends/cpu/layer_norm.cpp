@@ -24,6 +24,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
 #include "core/error.h"
+#include "core/op_checks.h"
 
 namespace tinyformer::cpu {
 
@@ -173,24 +174,6 @@ void layer_norm_dnnl(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   for (std::int64_t i = 0; i < rows; ++i) r[i] = 1.0f / std::sqrt(r[i] + eps);
 }
 
-void check_tensor(const Tensor& t, const char* op, const char* name, const Shape& shape,
-                  DType dtype) {
-  TF_CHECK(t.shape() == shape, op, ": expected ", name, " of shape ", shape_str(shape), ", got ",
-           shape_str(t.shape()));
-  TF_CHECK(t.dtype() == dtype, op, ": expected ", name, " of dtype ", dtype, ", got ", t.dtype());
-  TF_CHECK(t.device().is_cpu(), op, ": the CPU backend got ", name, " on ", t.device());
-  TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
-           shape_str(t.strides()));
-}
-
-// x: [R, C] floating; returns R, C after checking that `x` is usable.
-void check_input(const Tensor& x, const char* op) {
-  TF_CHECK(x.defined(), op, ": expected a defined x, got an undefined Tensor");
-  TF_CHECK(x.dim() == 2, op, ": expected x of shape [R, C], got ", shape_str(x.shape()));
-  TF_CHECK(is_floating(x.dtype()), op, ": expected float32 or float64, got ", x.dtype());
-  check_tensor(x, op, "x", x.shape(), x.dtype());
-}
-
 // The data of an optional tensor (weight, bias, a gradient that may not be wanted), or null.
 template <typename T>
 T* data_or_null(const Tensor& t) {
@@ -202,19 +185,9 @@ T* data_or_null(const Tensor& t) {
 // x, out: [R, C]; weight, bias: [C] or undefined; mean, rstd: [R]
 void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                             const Tensor& out, const Tensor& mean, const Tensor& rstd) {
-  const char* op = "layer_norm";
-  check_input(x, op);
+  check_layer_norm_args(x, weight, bias, eps, out, mean, rstd, DeviceType::cpu);
   const std::int64_t rows = x.size(0), cols = x.size(1);
-  TF_CHECK(out.defined() && mean.defined() && rstd.defined(), op,
-           ": expected defined out, mean and rstd, got an undefined Tensor");
-  check_tensor(out, op, "out", x.shape(), x.dtype());
-  check_tensor(mean, op, "mean", {rows}, x.dtype());
-  check_tensor(rstd, op, "rstd", {rows}, x.dtype());
-  if (weight.defined()) check_tensor(weight, op, "weight", {cols}, x.dtype());
-  if (bias.defined()) check_tensor(bias, op, "bias", {cols}, x.dtype());
-  TF_CHECK(eps >= 0, op, ": expected eps >= 0, got ", eps);
   if (rows == 0) return;
-  TF_CHECK(cols > 0, op, ": cannot normalize rows of 0 elements (x ", shape_str(x.shape()), ")");
   if (x.dtype() == DType::float32) {
     layer_norm_dnnl(x, weight, bias, static_cast<float>(eps), out, mean, rstd);
   } else {
@@ -228,18 +201,9 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
 void CpuBackend::layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                                      const Tensor& grad_weight, const Tensor& grad_bias) {
-  const char* op = "layer_norm_backward";
-  check_input(x, op);
+  check_layer_norm_backward_args(grad, x, weight, mean, rstd, grad_x, grad_weight, grad_bias,
+                                 DeviceType::cpu);
   const std::int64_t rows = x.size(0), cols = x.size(1);
-  TF_CHECK(grad.defined() && mean.defined() && rstd.defined(), op,
-           ": expected defined grad, mean and rstd, got an undefined Tensor");
-  check_tensor(grad, op, "grad", x.shape(), x.dtype());
-  check_tensor(mean, op, "mean", {rows}, x.dtype());
-  check_tensor(rstd, op, "rstd", {rows}, x.dtype());
-  if (weight.defined()) check_tensor(weight, op, "weight", {cols}, x.dtype());
-  if (grad_x.defined()) check_tensor(grad_x, op, "grad_x", x.shape(), x.dtype());
-  if (grad_weight.defined()) check_tensor(grad_weight, op, "grad_weight", {cols}, x.dtype());
-  if (grad_bias.defined()) check_tensor(grad_bias, op, "grad_bias", {cols}, x.dtype());
   if (cols == 0) return;
   if (x.dtype() == DType::float32) {
     layer_norm_backward_rows(grad.data<float>(), x.data<float>(), data_or_null<float>(weight),

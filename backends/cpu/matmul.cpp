@@ -48,6 +48,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
 #include "core/error.h"
+#include "core/op_checks.h"
 
 namespace tinyformer::cpu {
 
@@ -165,31 +166,6 @@ void matmul_dnnl(const Prepared& a, const Prepared& b, const Tensor& out, std::i
                "matmul", batch * m * n * k);
 }
 
-void check_operands(const Tensor& a, const Tensor& b, const Tensor& out) {
-  TF_CHECK(a.defined() && b.defined() && out.defined(),
-           "matmul: expected defined a, b and out, got an undefined Tensor");
-  TF_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3,
-           "matmul: expected a [B, M, K], b [B, K, N] and out [B, M, N], got ",
-           shape_str(a.shape()), ", ", shape_str(b.shape()), " and ", shape_str(out.shape()));
-  const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
-  TF_CHECK((a.size(0) == batch || a.size(0) == 1) && (b.size(0) == batch || b.size(0) == 1) &&
-               a.size(1) == m && b.size(1) == k && b.size(2) == n,
-           "matmul: shapes do not match: ", shape_str(a.shape()), " @ ", shape_str(b.shape()),
-           " into ", shape_str(out.shape()));
-  TF_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype() && is_floating(a.dtype()),
-           "matmul: expected float32, float64 or bfloat16 operands of one dtype, got ", a.dtype(),
-           ", ", b.dtype(), " and ", out.dtype());
-  TF_CHECK(a.device().is_cpu() && b.device().is_cpu() && out.device().is_cpu(),
-           "matmul: the CPU backend got a tensor on ",
-           !a.device().is_cpu()   ? a.device()
-           : !b.device().is_cpu() ? b.device()
-                                  : out.device());
-  TF_CHECK(out.numel() == 0 || out.is_contiguous(),
-           "matmul: expected a contiguous out, got strides ", shape_str(out.strides()));
-  TF_CHECK(out.storage() != a.storage() && out.storage() != b.storage(),
-           "matmul: out shares memory with an input");
-}
-
 // `t` ([B, rows, cols]) as a float32 tensor of the same shape; a broadcast operand converts its
 // one matrix and stays a stride-0 view.
 Tensor to_float32(const Tensor& t) {
@@ -221,7 +197,7 @@ bool bf16_matmul_native() {
 
 // a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N].
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
-  check_operands(a, b, out);
+  check_matmul_args(a, b, out, DeviceType::cpu);
   const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
   if (out.numel() == 0) return;
   if (k == 0) {  // an empty sum: every element is 0 (all-zero bits in IEEE float and double)

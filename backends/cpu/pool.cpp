@@ -15,6 +15,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "core/op_checks.h"
 
 namespace tinyformer::cpu {
 
@@ -82,39 +83,13 @@ void pool_backward(PoolKind kind, const T* g, const T* x, T* gx, std::int64_t ro
   }
 }
 
-void check_tensor(const Tensor& t, const char* op, const char* name, const Shape& shape,
-                  DType dtype) {
-  TF_CHECK(t.defined(), op, ": expected a defined ", name, ", got an undefined Tensor");
-  TF_CHECK(t.shape() == shape, op, ": expected ", name, " of shape ", shape_str(shape), ", got ",
-           shape_str(t.shape()));
-  TF_CHECK(t.dtype() == dtype, op, ": expected ", name, " of dtype ", dtype, ", got ", t.dtype());
-  TF_CHECK(t.device().is_cpu(), op, ": the CPU backend got ", name, " on ", t.device());
-  TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
-           shape_str(t.strides()));
-}
-
-// x: [B, C, L]; returns Lout after checking x, kernel and stride.
-std::int64_t pool_out_length(const char* op, const Tensor& x, std::int64_t kernel,
-                             std::int64_t stride) {
-  TF_CHECK(x.defined(), op, ": expected a defined x, got an undefined Tensor");
-  TF_CHECK(x.dim() == 3, op, ": expected x of shape [B, C, L], got ", shape_str(x.shape()));
-  TF_CHECK(is_floating(x.dtype()), op, ": expected float32 or float64, got ", x.dtype());
-  check_tensor(x, op, "x", x.shape(), x.dtype());
-  TF_CHECK(kernel >= 1 && stride >= 1, op, ": expected kernel >= 1 and stride >= 1, got kernel ",
-           kernel, " and stride ", stride);
-  TF_CHECK(x.size(2) >= kernel, op, ": the kernel (", kernel, ") is longer than the input (",
-           x.size(2), ")");
-  return (x.size(2) - kernel) / stride + 1;
-}
-
 }  // namespace
 
 // x: [B, C, L], out: [B, C, Lout]
 void CpuBackend::pool1d(PoolKind kind, const Tensor& x, std::int64_t kernel, std::int64_t stride,
                         const Tensor& out) {
   const char* op = kind == PoolKind::max ? "max_pool1d" : "avg_pool1d";
-  const std::int64_t out_length = pool_out_length(op, x, kernel, stride);
-  check_tensor(out, op, "out", {x.size(0), x.size(1), out_length}, x.dtype());
+  const std::int64_t out_length = check_pool1d_args(op, x, kernel, stride, out, DeviceType::cpu);
   const std::int64_t rows = x.size(0) * x.size(1), length = x.size(2);
   if (x.dtype() == DType::float32) {
     pool_forward(kind, x.data<float>(), out.data<float>(), rows, length, kernel, stride,
@@ -129,9 +104,8 @@ void CpuBackend::pool1d(PoolKind kind, const Tensor& x, std::int64_t kernel, std
 void CpuBackend::pool1d_backward(PoolKind kind, const Tensor& grad, const Tensor& x,
                                  std::int64_t kernel, std::int64_t stride, const Tensor& grad_x) {
   const char* op = kind == PoolKind::max ? "max_pool1d_backward" : "avg_pool1d_backward";
-  const std::int64_t out_length = pool_out_length(op, x, kernel, stride);
-  check_tensor(grad, op, "grad", {x.size(0), x.size(1), out_length}, x.dtype());
-  check_tensor(grad_x, op, "grad_x", x.shape(), x.dtype());
+  const std::int64_t out_length =
+      check_pool1d_backward_args(op, grad, x, kernel, stride, grad_x, DeviceType::cpu);
   const std::int64_t rows = x.size(0) * x.size(1), length = x.size(2);
   if (x.dtype() == DType::float32) {
     pool_backward(kind, grad.data<float>(), x.data<float>(), grad_x.data<float>(), rows, length,

@@ -22,6 +22,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/strided.h"
+#include "core/op_checks.h"
 
 namespace tinyformer::cpu {
 
@@ -237,40 +238,14 @@ class Reduction {
   bool outer_ = false;
 };
 
-// Which dims of x `dims` names (validated: in range, no repeats) and the keepdim shape.
-std::vector<bool> reduced_dims(const char* op, const Tensor& x, const Shape& dims,
-                               Shape& keepdim_shape) {
-  std::vector<bool> reduced(static_cast<std::size_t>(x.dim()), false);
-  keepdim_shape = x.shape();
-  for (std::int64_t d : dims) {
-    const std::int64_t k = normalize_dim(d, x.dim(), op);
-    if (x.dim() == 0) continue;  // dim 0 / -1 of a scalar: nothing to reduce
-    TF_CHECK(!reduced[k], op, ": dim ", d, " appears more than once in ", shape_str(dims));
-    reduced[k] = true;
-    keepdim_shape[k] = 1;
-  }
-  return reduced;
-}
-
 }  // namespace
 
 // x: any shape and strides; out: x's shape with every dim in `dims` set to 1.
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const Tensor& out) {
   const char* name = reduce_name(op);
-  TF_CHECK(x.defined() && out.defined(), name,
-           ": expected defined tensors, got an undefined Tensor");
-  Shape expected;
-  const std::vector<bool> reduced = reduced_dims(name, x, dims, expected);
-  TF_CHECK(out.shape() == expected, name, ": expected an output of shape ", shape_str(expected),
-           " for ", shape_str(x.shape()), " over dims ", shape_str(dims), ", got ",
-           shape_str(out.shape()));
-  check_dtype(name, "the output", out, x.dtype());
-  TF_CHECK(op != ReduceOp::mean || is_floating(x.dtype()), name,
-           ": expected a floating tensor, got ", x.dtype());
+  const std::vector<bool> reduced = check_reduce_args(op, x, dims, out, DeviceType::cpu);
   if (out.numel() == 0) return;
   if (x.numel() == 0) {  // an empty reduced dim: the sum of nothing is 0, the mean NaN
-    TF_CHECK(op == ReduceOp::sum || op == ReduceOp::mean, name,
-             ": cannot reduce over an empty dim of shape ", shape_str(x.shape()));
     fill(out, op == ReduceOp::sum ? 0.0 : std::numeric_limits<double>::quiet_NaN());
     return;
   }
@@ -292,16 +267,9 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const T
 // maximum wins ties; a NaN counts as the maximum (the first NaN wins).
 void CpuBackend::max_dim(const Tensor& x, std::int64_t dim, const Tensor& values,
                          const Tensor& indices) {
-  TF_CHECK(x.defined(), "max_dim: expected a defined tensor, got an undefined Tensor");
-  const std::int64_t d = normalize_dim(dim, x.dim(), "max_dim");
+  const std::int64_t d = check_max_dim_args(x, dim, values, indices, DeviceType::cpu);
   Shape kept_shape = x.shape();
-  if (x.dim() > 0) kept_shape[d] = 1;
-  TF_CHECK(values.defined() && values.shape() == kept_shape && indices.defined() &&
-               indices.shape() == kept_shape,
-           "max_dim: expected values and indices of shape ", shape_str(kept_shape), " for ",
-           shape_str(x.shape()), " over dim ", dim);
-  check_dtype("max_dim", "values", values, x.dtype());
-  check_dtype("max_dim", "indices", indices, DType::int64);
+  if (x.dim() > 0) kept_shape[static_cast<std::size_t>(d)] = 1;
   if (values.numel() == 0) return;
   const std::int64_t n = x.dim() > 0 ? x.size(d) : 1, step = x.dim() > 0 ? x.stride(d) : 0;
   TF_CHECK(n > 0, "max_dim: cannot take the maximum over an empty dim of shape ",

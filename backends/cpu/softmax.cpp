@@ -24,6 +24,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
 #include "core/error.h"
+#include "core/op_checks.h"
 
 namespace tinyformer::cpu {
 
@@ -129,23 +130,6 @@ void softmax_backward_rows(const T* y, const T* g, T* dx, std::int64_t rows, std
   });
 }
 
-// Every tensor must be a contiguous [R, C] of the first one's shape and one floating dtype.
-void check_rows(const char* op, std::initializer_list<const Tensor*> tensors) {
-  const Tensor& first = **tensors.begin();
-  for (const Tensor* t : tensors) {
-    TF_CHECK(t->defined(), op, ": expected defined tensors, got an undefined Tensor");
-    TF_CHECK(t->dim() == 2, op, ": expected [R, C] tensors, got shape ", shape_str(t->shape()));
-    TF_CHECK(t->shape() == first.shape(), op, ": shapes differ: ", shape_str(first.shape()),
-             " and ", shape_str(t->shape()));
-    TF_CHECK(t->dtype() == first.dtype() && is_floating(t->dtype()), op,
-             ": expected float32 or float64 tensors of one dtype, got ", first.dtype(), " and ",
-             t->dtype());
-    TF_CHECK(t->device().is_cpu(), op, ": the CPU backend got a tensor on ", t->device());
-    TF_CHECK(t->is_contiguous(), op, ": expected contiguous tensors, got strides ",
-             shape_str(t->strides()), " for shape ", shape_str(t->shape()));
-  }
-}
-
 // The float32 forward on oneDNN. x, out: [R, C] contiguous
 void softmax_dnnl(const Tensor& x, bool log, const Tensor& out, const char* op) {
   const std::int64_t rows = x.size(0), cols = x.size(1);
@@ -175,7 +159,7 @@ void softmax_dnnl(const Tensor& x, bool log, const Tensor& out, const char* op) 
 // x, out: [R, C]
 void CpuBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
   const char* op = log ? "log_softmax" : "softmax";
-  check_rows(op, {&x, &out});
+  check_softmax_args(op, {&x, &out}, DeviceType::cpu);
   const std::int64_t rows = x.size(0), cols = x.size(1);
   if (x.numel() == 0) return;
   if (x.dtype() == DType::float32) {
@@ -189,7 +173,7 @@ void CpuBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
 void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad, bool log,
                                   const Tensor& out) {
   const char* op = log ? "log_softmax_backward" : "softmax_backward";
-  check_rows(op, {&y, &grad, &out});
+  check_softmax_args(op, {&y, &grad, &out}, DeviceType::cpu);
   const std::int64_t rows = y.size(0), cols = y.size(1);
   if (y.numel() == 0) return;
   if (y.dtype() == DType::float32) {

@@ -5,21 +5,6 @@
 
 namespace tinyformer::cpu {
 
-void check_same_shape(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs) {
-  TF_CHECK(out.defined(), op, ": expected a defined output tensor, got an undefined Tensor");
-  for (const Tensor& t : inputs) {
-    TF_CHECK(t.defined(), op, ": expected defined input tensors, got an undefined Tensor");
-    TF_CHECK(t.shape() == out.shape(), op, ": expected inputs of the output's shape ",
-             shape_str(out.shape()), ", got ", shape_str(t.shape()));
-  }
-}
-
-void check_dtype(const char* op, const char* what, const Tensor& t, DType dtype) {
-  TF_CHECK(t.defined(), op, ": expected ", what,
-           " to be a defined tensor, got an undefined Tensor");
-  TF_CHECK(t.dtype() == dtype, op, ": expected ", what, " of dtype ", dtype, ", got ", t.dtype());
-}
-
 bool StridedLayout::contiguous() const {
   if (sizes.size() != 1) return false;
   for (const Shape& s : strides) {

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/op_checks.h"
 #include "core/tensor.h"
 
 namespace tinyformer::cpu {
@@ -75,12 +76,13 @@ void dispatch_floating(DType dtype, const char* op, F&& f) {
   dispatch<float, double>(dtype, op, std::forward<F>(f));
 }
 
-// --- shape checks shared by the kernels ---
+// --- shape checks shared by the kernels (the rules live in core/op_checks.h) ---
 
 // Throws unless every tensor is defined and has `out`'s shape.
-void check_same_shape(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs);
-// Throws unless `t` is defined and has dtype `dtype`; `what` names the argument.
-void check_dtype(const char* op, const char* what, const Tensor& t, DType dtype);
+inline void check_same_shape(const char* op, const Tensor& out,
+                             std::initializer_list<Tensor> inputs) {
+  tinyformer::check_same_shape(op, out, inputs, DeviceType::cpu);
+}
 
 // --- the layout walk ---
 

@@ -15,6 +15,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/strided.h"
+#include "core/op_checks.h"
 
 namespace tinyformer::cpu {
 
@@ -202,20 +203,12 @@ void unary_backward_kernel(UnaryOp op, const Tensor& grad, const Tensor& x, cons
   fail("unary_backward: unknown op ", static_cast<int>(op));
 }
 
-// The unary ops whose derivative reads x; the others (but neg) read y.
-bool backward_reads_x(UnaryOp op) {
-  return op == UnaryOp::log || op == UnaryOp::abs || op == UnaryOp::gelu ||
-         op == UnaryOp::gelu_tanh || op == UnaryOp::pow_scalar;
-}
-
 }  // namespace
 
 // x, out: same shape, any strides; out = op(x).
 void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) {
   const char* name = unary_name(op);
-  check_same_shape(name, out, {x});
-  TF_CHECK(x.dtype() == out.dtype(), name, ": expected the output's dtype ", out.dtype(),
-           ", got input ", x.dtype());
+  check_unary_args(op, x, out, DeviceType::cpu);
   dispatch<float, double, std::int64_t>(
       x.dtype(), name, [&](auto tag) { unary_kernel<decltype(tag)>(op, x, out, alpha); });
 }
@@ -224,19 +217,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, double al
 void CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
                                 const Tensor& out, double alpha) {
   const char* name = unary_name(op);
-  const bool reads_x = backward_reads_x(op), reads_y = !reads_x && op != UnaryOp::neg;
-  TF_CHECK(!reads_x || x.defined(), name,
-           " backward: expected the input x, got an undefined Tensor");
-  TF_CHECK(!reads_y || y.defined(), name,
-           " backward: expected the output y, got an undefined Tensor");
-  const Tensor& saved = reads_x ? x : y;
-  if (reads_x || reads_y) {
-    check_same_shape(name, out, {grad, saved});
-    check_dtype(name, reads_x ? "x" : "y", saved, out.dtype());
-  } else {
-    check_same_shape(name, out, {grad});
-  }
-  check_dtype(name, "grad", grad, out.dtype());
+  check_unary_backward_args(op, grad, x, y, out, DeviceType::cpu);
   dispatch_floating(out.dtype(), name, [&](auto tag) {
     unary_backward_kernel<decltype(tag)>(op, grad, x, y, out, alpha);
   });

@@ -217,11 +217,11 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Te
   require_same_shape(name, out, {a, b});
   TF_CHECK(a.dtype() == b.dtype(), name, ": dtypes differ: ", a.dtype(), " and ", b.dtype());
   if (is_comparison(op)) {
-    require_dtype(name, "the output", out, DType::boolean);
+    check_dtype(name, "the output", out, DType::boolean);
     dispatch<float, double, bf16, std::int64_t, bool>(
         a.dtype(), name, [&](auto tag) { comparison_kernel<decltype(tag)>(op, a, b, out); });
   } else {
-    require_dtype(name, "the output", out, a.dtype());
+    check_dtype(name, "the output", out, a.dtype());
     dispatch<float, double, bf16, std::int64_t>(
         a.dtype(), name, [&](auto tag) { arithmetic_kernel<decltype(tag)>(op, a, b, out); });
   }
@@ -231,9 +231,9 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Te
 // (no conversion), so one kernel serves every dtype.
 void CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
   require_same_shape("where", out, {cond, a, b});
-  require_dtype("where", "the condition", cond, DType::boolean);
-  require_dtype("where", "a", a, out.dtype());
-  require_dtype("where", "b", b, out.dtype());
+  check_dtype("where", "the condition", cond, DType::boolean);
+  check_dtype("where", "a", a, out.dtype());
+  check_dtype("where", "b", b, out.dtype());
   dispatch<float, double, bf16, std::int64_t, bool>(out.dtype(), "where", [&](auto tag) {
     using T = decltype(tag);
     map<T, bool, T, T>("where", Select{}, out, {cond, a, b});

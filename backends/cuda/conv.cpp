@@ -14,52 +14,16 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cudnn_context.h"
 #include "core/error.h"
+#include "core/op_checks.h"
 
 namespace tinyformer::cuda {
 
 namespace {
 
-struct ConvShape {
-  std::int64_t batch, c_in, length, c_out, kernel, stride, padding, out_length;
-};
-
-// --- validation (the CPU backend's rules, on the GPU) ---
-
-void check_tensor(const Tensor& t, const char* op, const char* name, const Shape& shape,
-                  DType dtype, Device device) {
-  TF_CHECK(t.shape() == shape, op, ": expected ", name, " of shape ", shape_str(shape), ", got ",
-           shape_str(t.shape()));
-  TF_CHECK(t.dtype() == dtype, op, ": expected ", name, " of dtype ", dtype, ", got ", t.dtype());
-  TF_CHECK(t.device() == device, op, ": expected ", name, " on ", device, ", got ", t.device());
-  TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
-           shape_str(t.strides()));
-}
-
-// x: [B, Cin, L], weight: [Cout, Cin, K]; checks both and works out Lout.
-ConvShape conv_shape(const char* op, const Tensor& x, const Tensor& weight, std::int64_t stride,
-                     std::int64_t padding) {
-  TF_CHECK(x.defined() && weight.defined(), op,
-           ": expected defined x and weight, got an undefined Tensor");
-  TF_CHECK(x.dim() == 3, op, ": expected x of shape [B, C, L], got ", shape_str(x.shape()));
-  TF_CHECK(weight.dim() == 3, op, ": expected weight of shape [Cout, Cin, K], got ",
-           shape_str(weight.shape()));
-  TF_CHECK(is_floating(x.dtype()), op, ": expected float32, float64 or bfloat16, got ", x.dtype());
-  TF_CHECK(x.device().is_cuda(), op, ": the CUDA backend got x on ", x.device());
-  check_tensor(x, op, "x", x.shape(), x.dtype(), x.device());
-  check_tensor(weight, op, "weight", weight.shape(), x.dtype(), x.device());
-  TF_CHECK(weight.size(1) == x.size(1), op, ": weight ", shape_str(weight.shape()), " expects ",
-           weight.size(1), " input channels, x ", shape_str(x.shape()), " has ", x.size(1));
-  TF_CHECK(stride >= 1, op, ": expected stride >= 1, got ", stride);
-  TF_CHECK(padding >= 0, op, ": expected padding >= 0, got ", padding);
-  TF_CHECK(stride <= INT32_MAX && padding <= INT32_MAX, op,
-           ": cuDNN takes stride and padding as int, got ", stride, " and ", padding);
-  TF_CHECK(weight.size(2) >= 1, op, ": expected a kernel of at least 1, got ",
-           shape_str(weight.shape()));
-  const std::int64_t padded = x.size(2) + 2 * padding;
-  TF_CHECK(padded >= weight.size(2), op, ": the kernel (", weight.size(2),
-           ") is longer than the padded input (", padded, ")");
-  return {x.size(0),      x.size(1), x.size(2), weight.size(0),
-          weight.size(2), stride,    padding,   (padded - weight.size(2)) / stride + 1};
+// cuDNN takes stride and padding as int.
+void check_cudnn_ints(const ConvShape& s, const char* op) {
+  TF_CHECK(s.stride <= INT32_MAX && s.padding <= INT32_MAX, op,
+           ": cuDNN takes stride and padding as int, got ", s.stride, " and ", s.padding);
 }
 
 // Zeros a contiguous tensor on the stream: cuDNN rejects problems with a zero-sized dim, whose
@@ -207,10 +171,8 @@ void add_bias(const Tensor& bias, const TensorDescriptor& out_desc, const Tensor
 void CudaBackend::conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          std::int64_t stride, std::int64_t padding, const Tensor& out) {
   const char* op = "conv1d";
-  const ConvShape s = conv_shape(op, x, weight, stride, padding);
-  if (bias.defined()) check_tensor(bias, op, "bias", {s.c_out}, x.dtype(), x.device());
-  TF_CHECK(out.defined(), op, ": expected a defined out, got an undefined Tensor");
-  check_tensor(out, op, "out", {s.batch, s.c_out, s.out_length}, x.dtype(), x.device());
+  const ConvShape s = check_conv1d_args(x, weight, bias, stride, padding, out, DeviceType::cuda);
+  check_cudnn_ints(s, op);
   TF_CHECK(out.storage() != x.storage() && out.storage() != weight.storage(), op,
            ": out shares memory with an input");
   if (out.numel() == 0) return;
@@ -243,16 +205,11 @@ void CudaBackend::conv1d_backward(const Tensor& grad, const Tensor& x, const Ten
                                   std::int64_t stride, std::int64_t padding, const Tensor& grad_x,
                                   const Tensor& grad_weight, const Tensor& grad_bias) {
   const char* op = "conv1d_backward";
-  const ConvShape s = conv_shape(op, x, weight, stride, padding);
+  const ConvShape s = check_conv1d_backward_args(grad, x, weight, stride, padding, grad_x,
+                                                 grad_weight, grad_bias, DeviceType::cuda);
+  check_cudnn_ints(s, op);
   const DType dtype = x.dtype();
   const Device device = x.device();
-  TF_CHECK(grad.defined(), op, ": expected a defined grad, got an undefined Tensor");
-  check_tensor(grad, op, "grad", {s.batch, s.c_out, s.out_length}, dtype, device);
-  if (grad_x.defined()) check_tensor(grad_x, op, "grad_x", x.shape(), dtype, device);
-  if (grad_weight.defined()) {
-    check_tensor(grad_weight, op, "grad_weight", weight.shape(), dtype, device);
-  }
-  if (grad_bias.defined()) check_tensor(grad_bias, op, "grad_bias", {s.c_out}, dtype, device);
 
   // grad_bias[o] = sum_{b, t} grad[b, o, t]: needs only grad, so it is done even when x has no
   // channels. With no batch it is a sum over nothing.

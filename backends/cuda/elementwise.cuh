@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "backends/cuda/strided.cuh"
+#include "core/op_checks.h"
 
 namespace tinyformer::cuda {
 
@@ -26,23 +27,7 @@ namespace tinyformer::cuda {
 // Throws unless every tensor is defined, lives on the GPU and has `out`'s shape.
 inline void require_same_shape(const char* op, const Tensor& out,
                                std::initializer_list<Tensor> inputs) {
-  TF_CHECK(out.defined(), op, ": expected a defined output tensor, got an undefined Tensor");
-  TF_CHECK(out.device().is_cuda(), op, ": expected the output on the GPU, got it on ",
-           out.device());
-  for (const Tensor& t : inputs) {
-    TF_CHECK(t.defined(), op, ": expected defined input tensors, got an undefined Tensor");
-    TF_CHECK(t.device() == out.device(), op, ": expected inputs on ", out.device(), ", got one on ",
-             t.device());
-    TF_CHECK(t.shape() == out.shape(), op, ": expected inputs of the output's shape ",
-             shape_str(out.shape()), ", got ", shape_str(t.shape()));
-  }
-}
-
-// Throws unless `t` is defined and has dtype `dtype`; `what` names the argument.
-inline void require_dtype(const char* op, const char* what, const Tensor& t, DType dtype) {
-  TF_CHECK(t.defined(), op, ": expected ", what,
-           " to be a defined tensor, got an undefined Tensor");
-  TF_CHECK(t.dtype() == dtype, op, ": expected ", what, " of dtype ", dtype, ", got ", t.dtype());
+  check_same_shape(op, out, inputs, DeviceType::cuda);
 }
 
 // --- strided addressing inside kernels ---

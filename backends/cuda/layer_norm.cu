@@ -14,14 +14,11 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/strided.cuh"
+#include "core/op_checks.h"
 
 namespace tinyformer::cuda {
 
 namespace {
-
-constexpr int kWarpRowMax = 1024;  // the longest row one warp holds in registers
-constexpr int kRowsPerBlock = 4;   // warps (rows) per block of the warp-per-row kernels
-constexpr int kRowBlock = 512;     // threads per block of the block-per-row kernels
 
 __device__ inline float rsqrt_of(float v) {
   return 1.0f / sqrtf(v);
@@ -248,25 +245,6 @@ __global__ void layer_norm_column_finish_kernel(const acc_t<T>* partial, std::in
 
 // --- host side ---
 
-// Calls f(std::integral_constant<int, K>{}) for the smallest K in {1, 2, 4, ..., 32} with
-// 32 K >= cols: the registers per lane a warp-per-row kernel needs. cols <= kWarpRowMax.
-template <typename F>
-void with_items(std::int64_t cols, F&& f) {
-  if (cols <= 32) {
-    f(std::integral_constant<int, 1>{});
-  } else if (cols <= 64) {
-    f(std::integral_constant<int, 2>{});
-  } else if (cols <= 128) {
-    f(std::integral_constant<int, 4>{});
-  } else if (cols <= 256) {
-    f(std::integral_constant<int, 8>{});
-  } else if (cols <= 512) {
-    f(std::integral_constant<int, 16>{});
-  } else {
-    f(std::integral_constant<int, 32>{});
-  }
-}
-
 // Calls f(T{}, S{}) with T the type of x's dtype and S that of mean and rstd: T, or float for a
 // bfloat16 x whose statistics are float32.
 template <typename F>
@@ -283,32 +261,6 @@ void dispatch_stats(const Tensor& x, const Tensor& mean, const char* op, F&& f) 
   });
 }
 
-void check_tensor(const Tensor& t, const char* op, const char* name, const Shape& shape,
-                  DType dtype) {
-  TF_CHECK(t.shape() == shape, op, ": expected ", name, " of shape ", shape_str(shape), ", got ",
-           shape_str(t.shape()));
-  TF_CHECK(t.dtype() == dtype, op, ": expected ", name, " of dtype ", dtype, ", got ", t.dtype());
-  TF_CHECK(t.device().is_cuda(), op, ": the CUDA backend got ", name, " on ", t.device());
-  TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
-           shape_str(t.strides()));
-}
-
-// x: [R, C] floating on the GPU.
-void check_input(const Tensor& x, const char* op) {
-  TF_CHECK(x.defined(), op, ": expected a defined x, got an undefined Tensor");
-  TF_CHECK(x.dim() == 2, op, ": expected x of shape [R, C], got ", shape_str(x.shape()));
-  TF_CHECK(is_floating(x.dtype()), op, ": expected float32, float64 or bfloat16, got ", x.dtype());
-  check_tensor(x, op, "x", x.shape(), x.dtype());
-}
-
-// mean, rstd: [R] of x's dtype, or both float32 for a bfloat16 x.
-void check_stats(const Tensor& x, const Tensor& mean, const Tensor& rstd, const char* op) {
-  const DType stats =
-      x.dtype() == DType::bfloat16 && mean.dtype() == DType::float32 ? DType::float32 : x.dtype();
-  check_tensor(mean, op, "mean", {x.size(0)}, stats);
-  check_tensor(rstd, op, "rstd", {x.size(0)}, stats);
-}
-
 // The data of an optional tensor (weight, bias, a gradient that may not be wanted), or null.
 template <typename T>
 T* data_or_null(const Tensor& t) {
@@ -321,17 +273,9 @@ T* data_or_null(const Tensor& t) {
 void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                              const Tensor& out, const Tensor& mean, const Tensor& rstd) {
   const char* op = "layer_norm";
-  check_input(x, op);
+  check_layer_norm_args(x, weight, bias, eps, out, mean, rstd, DeviceType::cuda);
   const std::int64_t rows = x.size(0), cols = x.size(1);
-  TF_CHECK(out.defined() && mean.defined() && rstd.defined(), op,
-           ": expected defined out, mean and rstd, got an undefined Tensor");
-  check_tensor(out, op, "out", x.shape(), x.dtype());
-  check_stats(x, mean, rstd, op);
-  if (weight.defined()) check_tensor(weight, op, "weight", {cols}, x.dtype());
-  if (bias.defined()) check_tensor(bias, op, "bias", {cols}, x.dtype());
-  TF_CHECK(eps >= 0, op, ": expected eps >= 0, got ", eps);
   if (rows == 0) return;
-  TF_CHECK(cols > 0, op, ": cannot normalize rows of 0 elements (x ", shape_str(x.shape()), ")");
   dispatch_stats(x, mean, op, [&](auto t_tag, auto s_tag) {
     using T = decltype(t_tag);
     using S = decltype(s_tag);
@@ -363,16 +307,9 @@ void CudaBackend::layer_norm_backward(const Tensor& grad, const Tensor& x, const
                                       const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                                       const Tensor& grad_weight, const Tensor& grad_bias) {
   const char* op = "layer_norm_backward";
-  check_input(x, op);
+  check_layer_norm_backward_args(grad, x, weight, mean, rstd, grad_x, grad_weight, grad_bias,
+                                 DeviceType::cuda);
   const std::int64_t rows = x.size(0), cols = x.size(1);
-  TF_CHECK(grad.defined() && mean.defined() && rstd.defined(), op,
-           ": expected defined grad, mean and rstd, got an undefined Tensor");
-  check_tensor(grad, op, "grad", x.shape(), x.dtype());
-  check_stats(x, mean, rstd, op);
-  if (weight.defined()) check_tensor(weight, op, "weight", {cols}, x.dtype());
-  if (grad_x.defined()) check_tensor(grad_x, op, "grad_x", x.shape(), x.dtype());
-  if (grad_weight.defined()) check_tensor(grad_weight, op, "grad_weight", {cols}, x.dtype());
-  if (grad_bias.defined()) check_tensor(grad_bias, op, "grad_bias", {cols}, x.dtype());
   if (cols == 0) return;
   dispatch_stats(x, mean, op, [&](auto t_tag, auto s_tag) {
     using T = decltype(t_tag);

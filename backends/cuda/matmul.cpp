@@ -21,6 +21,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "core/gemm.h"
+#include "core/op_checks.h"
 
 namespace tinyformer::cuda {
 
@@ -79,34 +80,11 @@ cublasComputeType_t compute_type(DType dtype) {
   return CUBLAS_COMPUTE_32F;
 }
 
-void check_operands(const Tensor& a, const Tensor& b, const Tensor& out) {
-  TF_CHECK(a.defined() && b.defined() && out.defined(),
-           "matmul: expected defined a, b and out, got an undefined Tensor");
-  TF_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3,
-           "matmul: expected a [B, M, K], b [B, K, N] and out [B, M, N], got ",
-           shape_str(a.shape()), ", ", shape_str(b.shape()), " and ", shape_str(out.shape()));
-  const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
-  TF_CHECK((a.size(0) == batch || a.size(0) == 1) && (b.size(0) == batch || b.size(0) == 1) &&
-               a.size(1) == m && b.size(1) == k && b.size(2) == n,
-           "matmul: shapes do not match: ", shape_str(a.shape()), " @ ", shape_str(b.shape()),
-           " into ", shape_str(out.shape()));
-  TF_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype() && is_floating(a.dtype()),
-           "matmul: expected float32, float64 or bfloat16 operands of one dtype, got ", a.dtype(),
-           ", ", b.dtype(), " and ", out.dtype());
-  TF_CHECK(out.device().is_cuda() && a.device() == out.device() && b.device() == out.device(),
-           "matmul: the CUDA backend expected a, b and out on one GPU, got ", a.device(), ", ",
-           b.device(), " and ", out.device());
-  TF_CHECK(out.numel() == 0 || out.is_contiguous(),
-           "matmul: expected a contiguous out, got strides ", shape_str(out.strides()));
-  TF_CHECK(out.storage() != a.storage() && out.storage() != b.storage(),
-           "matmul: out shares memory with an input");
-}
-
 }  // namespace
 
 // a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N].
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
-  check_operands(a, b, out);
+  check_matmul_args(a, b, out, DeviceType::cuda);
   const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
   if (out.numel() == 0) return;
   const std::size_t matrix_bytes = static_cast<std::size_t>(m * n) * element_size(out.dtype());

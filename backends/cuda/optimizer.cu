@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backends/cuda/strided.cuh"
+#include "core/op_checks.h"
 
 namespace tinyformer::cuda {
 
@@ -72,22 +73,6 @@ bool aligned16(const void* ptr) {
   return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0;
 }
 
-void check_state(const Tensor& t, const Tensor& param, const char* name) {
-  const char* op = "adamw_step";
-  TF_CHECK(t.defined(), op, ": expected a defined ", name, ", got an undefined Tensor");
-  TF_CHECK(t.shape() == param.shape() && t.dtype() == param.dtype(), op, ": expected ", name,
-           " of the parameter's ", param.dtype(), " ", shape_str(param.shape()), ", got ",
-           t.dtype(), " ", shape_str(t.shape()));
-  TF_CHECK(t.device() == param.device() && t.device().is_cuda(), op, ": the CUDA backend expected ",
-           name, " on ", param.device(), ", got ", t.device());
-  TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
-           shape_str(t.strides()));
-}
-
-void check_hyper(bool ok, const char* what, double value, const char* expected) {
-  TF_CHECK(ok, "adamw_step: expected ", what, " ", expected, ", got ", value);
-}
-
 }  // namespace
 
 // param, grad, exp_avg, exp_avg_sq: same shape and dtype, contiguous; param, exp_avg and
@@ -96,36 +81,10 @@ void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tens
                              const Tensor& exp_avg_sq, double lr, double beta1, double beta2,
                              double eps, double weight_decay, bool decoupled,
                              double bias_correction1, double bias_correction2) {
-  // Moments kept in bfloat16 would stall: beta2 * v rounds back to v for beta2 = 0.999, so the
-  // step takes float32 or float64 state only.
-  TF_CHECK(param.defined(), "adamw_step: expected a defined param, got an undefined Tensor");
-  TF_CHECK(param.dtype() == DType::float32 || param.dtype() == DType::float64,
-           "adamw_step: expected a float32 or float64 param, got ", param.dtype());
-  check_state(param, param, "param");
-  check_state(grad, param, "grad");
-  check_state(exp_avg, param, "exp_avg");
-  check_state(exp_avg_sq, param, "exp_avg_sq");
-  check_hyper(std::isfinite(lr) && lr >= 0.0, "lr", lr, ">= 0");
-  check_hyper(beta1 >= 0.0 && beta1 < 1.0, "beta1", beta1, "in [0, 1)");
-  check_hyper(beta2 >= 0.0 && beta2 < 1.0, "beta2", beta2, "in [0, 1)");
-  check_hyper(std::isfinite(eps) && eps >= 0.0, "eps", eps, ">= 0");
-  check_hyper(std::isfinite(weight_decay) && weight_decay >= 0.0, "weight_decay", weight_decay,
-              ">= 0");
-  check_hyper(bias_correction1 > 0.0 && bias_correction1 <= 1.0, "bias_correction1",
-              bias_correction1, "in (0, 1]");
-  check_hyper(bias_correction2 > 0.0 && bias_correction2 <= 1.0, "bias_correction2",
-              bias_correction2, "in (0, 1]");
+  check_adamw_step_args(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+                        bias_correction1, bias_correction2, DeviceType::cuda);
   const std::int64_t n = param.numel();
   if (n == 0) return;
-  // The kernel reads and writes the four tensors element by element; two sharing memory would
-  // read values already overwritten.
-  const Tensor* all[] = {&param, &grad, &exp_avg, &exp_avg_sq};
-  for (int i = 0; i < 4; ++i) {
-    for (int j = i + 1; j < 4; ++j) {
-      TF_CHECK(all[i]->storage() != all[j]->storage(),
-               "adamw_step: param, grad, exp_avg and exp_avg_sq must not share memory");
-    }
-  }
 
   dispatch<float, double>(param.dtype(), "adamw_step", [&](auto tag) {
     using T = decltype(tag);

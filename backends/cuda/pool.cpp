@@ -14,36 +14,11 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cudnn_context.h"
 #include "core/error.h"
+#include "core/op_checks.h"
 
 namespace tinyformer::cuda {
 
 namespace {
-
-void check_tensor(const Tensor& t, const char* op, const char* name, const Shape& shape,
-                  DType dtype, Device device) {
-  TF_CHECK(t.defined(), op, ": expected a defined ", name, ", got an undefined Tensor");
-  TF_CHECK(t.shape() == shape, op, ": expected ", name, " of shape ", shape_str(shape), ", got ",
-           shape_str(t.shape()));
-  TF_CHECK(t.dtype() == dtype, op, ": expected ", name, " of dtype ", dtype, ", got ", t.dtype());
-  TF_CHECK(t.device() == device, op, ": expected ", name, " on ", device, ", got ", t.device());
-  TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
-           shape_str(t.strides()));
-}
-
-// x: [B, C, L]; returns Lout after checking x, kernel and stride.
-std::int64_t pool_out_length(const char* op, const Tensor& x, std::int64_t kernel,
-                             std::int64_t stride) {
-  TF_CHECK(x.defined(), op, ": expected a defined x, got an undefined Tensor");
-  TF_CHECK(x.dim() == 3, op, ": expected x of shape [B, C, L], got ", shape_str(x.shape()));
-  TF_CHECK(is_floating(x.dtype()), op, ": expected float32, float64 or bfloat16, got ", x.dtype());
-  TF_CHECK(x.device().is_cuda(), op, ": the CUDA backend got x on ", x.device());
-  check_tensor(x, op, "x", x.shape(), x.dtype(), x.device());
-  TF_CHECK(kernel >= 1 && stride >= 1, op, ": expected kernel >= 1 and stride >= 1, got kernel ",
-           kernel, " and stride ", stride);
-  TF_CHECK(x.size(2) >= kernel, op, ": the kernel (", kernel, ") is longer than the input (",
-           x.size(2), ")");
-  return (x.size(2) - kernel) / stride + 1;
-}
 
 // The descriptors of one pooling problem: x [B, C, 1, L], y [B, C, 1, Lout], the window.
 struct PoolProblem {
@@ -80,8 +55,7 @@ struct PoolProblem {
 void CudaBackend::pool1d(PoolKind kind, const Tensor& x, std::int64_t kernel, std::int64_t stride,
                          const Tensor& out) {
   const char* op = kind == PoolKind::max ? "max_pool1d" : "avg_pool1d";
-  const std::int64_t out_length = pool_out_length(op, x, kernel, stride);
-  check_tensor(out, op, "out", {x.size(0), x.size(1), out_length}, x.dtype(), x.device());
+  const std::int64_t out_length = check_pool1d_args(op, x, kernel, stride, out, DeviceType::cuda);
   TF_CHECK(out.storage() != x.storage(), op, ": out shares memory with x");
   if (out.numel() == 0) return;  // cuDNN rejects a zero-sized batch or channel count
   const PoolProblem p(kind, x, kernel, stride, out_length, op);
@@ -94,10 +68,9 @@ void CudaBackend::pool1d(PoolKind kind, const Tensor& x, std::int64_t kernel, st
 void CudaBackend::pool1d_backward(PoolKind kind, const Tensor& grad, const Tensor& x,
                                   std::int64_t kernel, std::int64_t stride, const Tensor& grad_x) {
   const char* op = kind == PoolKind::max ? "max_pool1d_backward" : "avg_pool1d_backward";
-  const std::int64_t out_length = pool_out_length(op, x, kernel, stride);
+  const std::int64_t out_length =
+      check_pool1d_backward_args(op, grad, x, kernel, stride, grad_x, DeviceType::cuda);
   const DType dtype = x.dtype();
-  check_tensor(grad, op, "grad", {x.size(0), x.size(1), out_length}, dtype, x.device());
-  check_tensor(grad_x, op, "grad_x", x.shape(), dtype, x.device());
   TF_CHECK(grad_x.storage() != x.storage() && grad_x.storage() != grad.storage(), op,
            ": grad_x shares memory with an input");
   if (grad_x.numel() == 0) return;

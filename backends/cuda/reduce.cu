@@ -24,6 +24,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/strided.cuh"
+#include "core/op_checks.h"
 
 namespace tinyformer::cuda {
 
@@ -306,22 +307,6 @@ void run_reduction(const char* name, const Tensor& x, const Tensor& out, ReduceL
   }
 }
 
-// Which dims of x `dims` names (validated: in range, no repeats) and the keepdim shape.
-std::vector<bool> reduced_dims(const char* op, const Tensor& x, const Shape& dims,
-                               Shape& keepdim_shape) {
-  std::vector<bool> reduced(static_cast<std::size_t>(x.dim()), false);
-  keepdim_shape = x.shape();
-  for (std::int64_t d : dims) {
-    const std::int64_t k = normalize_dim(d, x.dim(), op);
-    if (x.dim() == 0) continue;  // dim 0 / -1 of a scalar: nothing to reduce
-    TF_CHECK(!reduced[static_cast<std::size_t>(k)], op, ": dim ", d, " appears more than once in ",
-             shape_str(dims));
-    reduced[static_cast<std::size_t>(k)] = true;
-    keepdim_shape[static_cast<std::size_t>(k)] = 1;
-  }
-  return reduced;
-}
-
 // --- max_dim ---
 
 // x's offset of output o's first element, the step and count along the reduced dim, and the
@@ -406,28 +391,15 @@ __global__ void max_dim_columns_kernel(const T* x, T* values, std::int64_t* indi
 // x: any shape and strides; out: x's shape with every dim in `dims` set to 1.
 void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const Tensor& out) {
   const char* name = reduce_name(op);
-  TF_CHECK(x.defined() && out.defined(), name,
-           ": expected defined tensors, got an undefined Tensor");
-  TF_CHECK(x.device().is_cuda() && out.device() == x.device(), name,
-           ": expected tensors on the GPU, got ", x.device(), " and ", out.device());
-  Shape expected;
-  const std::vector<bool> reduced = reduced_dims(name, x, dims, expected);
-  TF_CHECK(out.shape() == expected, name, ": expected an output of shape ", shape_str(expected),
-           " for ", shape_str(x.shape()), " over dims ", shape_str(dims), ", got ",
-           shape_str(out.shape()));
-  require_dtype(name, "the output", out, x.dtype());
-  TF_CHECK(op != ReduceOp::mean || is_floating(x.dtype()), name,
-           ": expected a floating tensor, got ", x.dtype());
+  const std::vector<bool> reduced = check_reduce_args(op, x, dims, out, DeviceType::cuda);
   if (out.numel() == 0) return;
   if (x.numel() == 0) {  // an empty reduced dim: the sum of nothing is 0, the mean NaN
-    TF_CHECK(op == ReduceOp::sum || op == ReduceOp::mean, name,
-             ": cannot reduce over an empty dim of shape ", shape_str(x.shape()));
     fill(out, op == ReduceOp::sum ? 0.0 : std::numeric_limits<double>::quiet_NaN());
     return;
   }
 
   ReduceLayout l;
-  l.kept = make_index(expected, x.strides(), name);
+  l.kept = make_index(out.shape(), x.strides(), name);
   // The reduced dims, the one with the largest stride outermost.
   std::vector<std::int64_t> red_dims;
   for (std::int64_t d = 0; d < x.dim(); ++d) {
@@ -466,19 +438,9 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const 
 // maximum wins ties; a NaN counts as the maximum (the first NaN wins).
 void CudaBackend::max_dim(const Tensor& x, std::int64_t dim, const Tensor& values,
                           const Tensor& indices) {
-  TF_CHECK(x.defined(), "max_dim: expected a defined tensor, got an undefined Tensor");
-  const std::int64_t d = normalize_dim(dim, x.dim(), "max_dim");
+  const std::int64_t d = check_max_dim_args(x, dim, values, indices, DeviceType::cuda);
   Shape kept_shape = x.shape();
   if (x.dim() > 0) kept_shape[static_cast<std::size_t>(d)] = 1;
-  TF_CHECK(values.defined() && values.shape() == kept_shape && indices.defined() &&
-               indices.shape() == kept_shape,
-           "max_dim: expected values and indices of shape ", shape_str(kept_shape), " for ",
-           shape_str(x.shape()), " over dim ", dim);
-  TF_CHECK(x.device().is_cuda() && values.device() == x.device() && indices.device() == x.device(),
-           "max_dim: expected tensors on the GPU, got ", x.device(), ", ", values.device(), " and ",
-           indices.device());
-  require_dtype("max_dim", "values", values, x.dtype());
-  require_dtype("max_dim", "indices", indices, DType::int64);
   if (values.numel() == 0) return;
   MaxDimLayout l;
   l.n = x.dim() > 0 ? x.size(d) : 1;

@@ -12,14 +12,11 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/strided.cuh"
+#include "core/op_checks.h"
 
 namespace tinyformer::cuda {
 
 namespace {
-
-constexpr int kWarpRowMax = 1024;  // the longest row one warp holds in registers
-constexpr int kRowsPerBlock = 4;   // warps (rows) per block of the warp-per-row kernels
-constexpr int kRowBlock = 512;     // threads per block of the block-per-row kernels
 
 // The library functions in the precision of A (expf for float: within 2 ulp, no fast-math).
 __device__ inline float exp_of(float v) {
@@ -33,21 +30,6 @@ __device__ inline float log_of(float v) {
 }
 __device__ inline double log_of(double v) {
   return ::log(v);
-}
-
-// The max over the block, returned to every thread, with the CPU's comparison (a NaN never
-// wins; it poisons the row through the sum instead). `scratch` holds 32 values in shared memory;
-// blockDim.x must be a multiple of 32.
-template <typename A>
-__device__ inline A block_row_max(A v, A* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_max(v);
-  __syncthreads();  // scratch may still be read by a previous reduction
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  const int warps = blockDim.x / 32;
-  v = lane < warps ? scratch[lane] : -std::numeric_limits<A>::infinity();
-  return warp_max(v);
 }
 
 // --- one warp per row (C <= 1024) ---
@@ -149,7 +131,7 @@ __global__ void __launch_bounds__(kRowBlock)
       const A v = to_acc(xr[c]);
       m = v > m ? v : m;
     }
-    m = block_row_max(m, scratch);
+    m = block_max(m, scratch);
     A sum = 0;
     for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += exp_of(to_acc(xr[c]) - m);
     sum = block_sum(sum, scratch);
@@ -186,51 +168,12 @@ __global__ void __launch_bounds__(kRowBlock)
   }
 }
 
-// --- launching ---
-
-// Calls f(std::integral_constant<int, K>{}) for the smallest K in {1, 2, 4, ..., 32} with
-// 32 K >= cols: the registers per lane a warp-per-row kernel needs. cols <= kWarpRowMax.
-template <typename F>
-void with_items(std::int64_t cols, F&& f) {
-  if (cols <= 32) {
-    f(std::integral_constant<int, 1>{});
-  } else if (cols <= 64) {
-    f(std::integral_constant<int, 2>{});
-  } else if (cols <= 128) {
-    f(std::integral_constant<int, 4>{});
-  } else if (cols <= 256) {
-    f(std::integral_constant<int, 8>{});
-  } else if (cols <= 512) {
-    f(std::integral_constant<int, 16>{});
-  } else {
-    f(std::integral_constant<int, 32>{});
-  }
-}
-
-// Every tensor must be a contiguous [R, C] CUDA tensor of the first one's shape and one floating
-// dtype.
-void check_rows(const char* op, std::initializer_list<const Tensor*> tensors) {
-  const Tensor& first = **tensors.begin();
-  for (const Tensor* t : tensors) {
-    TF_CHECK(t->defined(), op, ": expected defined tensors, got an undefined Tensor");
-    TF_CHECK(t->dim() == 2, op, ": expected [R, C] tensors, got shape ", shape_str(t->shape()));
-    TF_CHECK(t->shape() == first.shape(), op, ": shapes differ: ", shape_str(first.shape()),
-             " and ", shape_str(t->shape()));
-    TF_CHECK(t->dtype() == first.dtype() && is_floating(t->dtype()), op,
-             ": expected float32, float64 or bfloat16 tensors of one dtype, got ", first.dtype(),
-             " and ", t->dtype());
-    TF_CHECK(t->device().is_cuda(), op, ": the CUDA backend got a tensor on ", t->device());
-    TF_CHECK(t->is_contiguous(), op, ": expected contiguous tensors, got strides ",
-             shape_str(t->strides()), " for shape ", shape_str(t->shape()));
-  }
-}
-
 }  // namespace
 
 // x, out: [R, C]
 void CudaBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
   const char* op = log ? "log_softmax" : "softmax";
-  check_rows(op, {&x, &out});
+  check_softmax_args(op, {&x, &out}, DeviceType::cuda);
   const std::int64_t rows = x.size(0), cols = x.size(1);
   if (x.numel() == 0) return;
   dispatch_floating(x.dtype(), op, [&](auto tag) {
@@ -255,7 +198,7 @@ void CudaBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
 void CudaBackend::softmax_backward(const Tensor& y, const Tensor& grad, bool log,
                                    const Tensor& out) {
   const char* op = log ? "log_softmax_backward" : "softmax_backward";
-  check_rows(op, {&y, &grad, &out});
+  check_softmax_args(op, {&y, &grad, &out}, DeviceType::cuda);
   const std::int64_t rows = y.size(0), cols = y.size(1);
   if (y.numel() == 0) return;
   dispatch_floating(y.dtype(), op, [&](auto tag) {

@@ -1,12 +1,14 @@
 // What every kernel file of the CUDA backend shares: the C++ type of each dtype on the device,
-// float accumulation for bfloat16, a dtype dispatcher, strided element addressing and launch
-// sizes. Kernels read tensors of any strides through StridedIndex (a view's strides, not a copy).
+// float accumulation for bfloat16, a dtype dispatcher, strided element addressing, launch sizes
+// and warp and block reductions. Kernels read tensors of any strides through StridedIndex (a view's
+// strides, not a copy).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "backends/cuda/check.h"
@@ -149,6 +151,46 @@ __device__ inline A block_sum(A v, A* scratch) {
   const int warps = blockDim.x / 32;
   v = lane < warps ? scratch[lane] : A(0);
   return warp_sum(v);
+}
+
+// The max of v over the block, returned to every thread, with the CPU's comparison (a NaN never
+// wins; it poisons the row through the sum instead). `scratch` holds 32 values in shared memory;
+// blockDim.x must be a multiple of 32.
+template <typename A>
+__device__ inline A block_max(A v, A* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_max(v);
+  __syncthreads();  // scratch may still be read by a previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x / 32;
+  v = lane < warps ? scratch[lane] : -std::numeric_limits<A>::infinity();
+  return warp_max(v);
+}
+
+// --- row kernels (softmax, layer_norm): a warp per row up to kWarpRowMax columns, else a block ---
+
+constexpr int kWarpRowMax = 1024;  // the longest row one warp holds in registers
+constexpr int kRowsPerBlock = 4;   // warps (rows) per block of the warp-per-row kernels
+constexpr int kRowBlock = 512;     // threads per block of the block-per-row kernels
+
+// Calls f(std::integral_constant<int, K>{}) for the smallest K in {1, 2, 4, ..., 32} with
+// 32 K >= cols: the registers per lane a warp-per-row kernel needs. cols <= kWarpRowMax.
+template <typename F>
+void with_items(std::int64_t cols, F&& f) {
+  if (cols <= 32) {
+    f(std::integral_constant<int, 1>{});
+  } else if (cols <= 64) {
+    f(std::integral_constant<int, 2>{});
+  } else if (cols <= 128) {
+    f(std::integral_constant<int, 4>{});
+  } else if (cols <= 256) {
+    f(std::integral_constant<int, 8>{});
+  } else if (cols <= 512) {
+    f(std::integral_constant<int, 16>{});
+  } else {
+    f(std::integral_constant<int, 32>{});
+  }
 }
 
 }  // namespace tinyformer::cuda

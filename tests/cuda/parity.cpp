@@ -231,4 +231,30 @@ void check_close(const Tensor& cuda, const Tensor& cpu, const std::string& what,
   CHECK_MESSAGE(bad == 0, msg.str());
 }
 
+DType cpu_dtype(DType dtype) {
+  return dtype == DType::bfloat16 ? DType::float32 : dtype;
+}
+
+Pair on_both(const Tensor& host, DType dtype) {
+  const Tensor dev =
+      raw::to_dtype(raw::to_device(raw::to_dtype(host, cpu_dtype(dtype)), Device::cuda()), dtype);
+  return {raw::to_device(raw::to_dtype(dev, cpu_dtype(dtype)), Device::cpu()), dev};
+}
+
+Pair make_rounded_pair(const Shape& shape, DType dtype, Layout layout, std::uint64_t seed,
+                       double lo, double hi) {
+  if (dtype != DType::bfloat16) return make_pair(shape, dtype, layout, seed, lo, hi);
+  const Pair f = make_pair(shape, DType::float32, layout, seed, lo, hi);
+  const auto count = static_cast<std::int64_t>(f.cuda.storage()->nbytes() / sizeof(float));
+  const Tensor dev = raw::to_dtype(raw::as_strided(f.cuda, {count}, {1}, 0), DType::bfloat16);
+  const Tensor host = raw::to_device(raw::to_dtype(dev, DType::float32), Device::cpu());
+  return {raw::as_strided(host, f.cpu.shape(), f.cpu.strides(), f.cpu.offset()),
+          raw::as_strided(dev, f.cuda.shape(), f.cuda.strides(), f.cuda.offset())};
+}
+
+Pair make_rounded_output(const Shape& shape, DType dtype) {
+  const Pair p = make_output(shape, cpu_dtype(dtype));
+  return {p.cpu, raw::to_dtype(p.cuda, dtype)};
+}
+
 }  // namespace tinyformer::parity

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace tinyformer::parity {
@@ -63,6 +64,35 @@ Pair make_pair(const Shape& shape, DType dtype, Layout layout, std::uint64_t see
 Pair make_output(const Shape& shape, DType dtype);
 // Same values on both devices from explicit host values (int64 indices, targets).
 Pair make_from(const std::vector<std::int64_t>& values, const Shape& shape);
+
+// --- bfloat16 cases ---
+// The CPU backend has no bfloat16 kernels: a bfloat16 case runs the GPU in bfloat16 and the CPU
+// in float32 on the same rounded values.
+
+// The dtype the CPU computes a case in: float32 for a bfloat16 case.
+DType cpu_dtype(DType dtype);
+// The values of `host` (a CPU tensor) on both devices, the GPU's in `dtype`, contiguous. The
+// conversion to bfloat16 runs on the GPU; the CPU side holds the rounded values.
+Pair on_both(const Tensor& host, DType dtype);
+// make_pair for any floating dtype: bfloat16 is converted on the GPU from float32 storage of the
+// same layout; the CPU side holds the rounded values in float32, in that layout too.
+Pair make_rounded_pair(const Shape& shape, DType dtype, Layout layout, std::uint64_t seed,
+                       double lo = -1.0, double hi = 1.0);
+// make_output with the GPU side in `dtype` and the CPU side in cpu_dtype(dtype).
+Pair make_rounded_output(const Shape& shape, DType dtype);
+
+// --- errors ---
+
+// The message of the Error `f` throws, or "(no error)" when it throws none.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 // --- comparing ---
 

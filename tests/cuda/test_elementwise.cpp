@@ -41,10 +41,6 @@ constexpr std::array kArithmetic = {BinaryOp::add, BinaryOp::sub,     BinaryOp::
 constexpr std::array kComparisons = {BinaryOp::eq, BinaryOp::ne, BinaryOp::lt,
                                      BinaryOp::le, BinaryOp::gt, BinaryOp::ge};
 
-// The dtype the CPU computes a case of `dtype` in.
-DType cpu_dtype(DType dtype) {
-  return dtype == DType::bfloat16 ? DType::float32 : dtype;
-}
 // t as the CPU computes with it (bfloat16 widened to float32; a copy, contiguous).
 Tensor for_cpu(const Tensor& t) {
   return t.defined() && t.dtype() == DType::bfloat16 ? raw::to_dtype(t, DType::float32) : t;

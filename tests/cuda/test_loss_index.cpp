@@ -27,31 +27,6 @@ constexpr DType kFloating[] = {DType::float32, DType::float64, DType::bfloat16};
 constexpr Layout kLayouts[] = {Layout::contiguous, Layout::transposed, Layout::sliced,
                                Layout::broadcast};
 
-// The dtype the CPU computes a case in: float32 for a bfloat16 case.
-DType cpu_dtype(DType dtype) {
-  return dtype == DType::bfloat16 ? DType::float32 : dtype;
-}
-
-// Values in [lo, hi) laid out as `layout` on both devices. bfloat16 is converted on the GPU from
-// float32 storage of the same layout; the CPU side holds the rounded values in float32, in that
-// layout too.
-Pair laid_out(const Shape& shape, DType dtype, Layout layout, std::uint64_t seed, double lo = -1.0,
-              double hi = 1.0) {
-  if (dtype != DType::bfloat16) return make_pair(shape, dtype, layout, seed, lo, hi);
-  const Pair f = make_pair(shape, DType::float32, layout, seed, lo, hi);
-  const auto count = static_cast<std::int64_t>(f.cuda.storage()->nbytes() / sizeof(float));
-  const Tensor dev = raw::to_dtype(raw::as_strided(f.cuda, {count}, {1}, 0), DType::bfloat16);
-  const Tensor host = raw::to_device(raw::to_dtype(dev, DType::float32), Device::cpu());
-  return {raw::as_strided(host, f.cpu.shape(), f.cpu.strides(), f.cpu.offset()),
-          raw::as_strided(dev, f.cuda.shape(), f.cuda.strides(), f.cuda.offset())};
-}
-
-// NaN-filled (or sentinel) outputs, so that an element a kernel skips is caught.
-Pair output(const Shape& shape, DType dtype) {
-  const Pair p = make_output(shape, cpu_dtype(dtype));
-  return {p.cpu, raw::to_dtype(p.cuda, dtype)};
-}
-
 // The same view of both sides of a pair.
 Pair view(const Pair& p, const Shape& shape, const Shape& strides, std::int64_t offset) {
   return {raw::as_strided(p.cpu, shape, strides, offset),
@@ -68,17 +43,6 @@ void expect_close(const Pair& p, const std::string& what, bool exact = false) {
   } else {
     check_close(p, what, rtol, atol);
   }
-}
-
-// The message of the Error `f` throws, or "" when it throws none.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // ============================== nll_loss ==============================
@@ -104,25 +68,25 @@ TEST_CASE("cuda parity: nll_loss and its backward, ignore_index, strided targets
         const std::string what = std::string("nll_loss ") + dtype_name(dtype) + " " +
                                  shape_str({n, c}) + " ignore_index " +
                                  std::to_string(ignore_index);
-        const Pair lp = laid_out({n, c}, dtype, Layout::contiguous, ++seed, -6.0, 0.0);
+        const Pair lp = make_rounded_pair({n, c}, dtype, Layout::contiguous, ++seed, -6.0, 0.0);
         // Every other element of a 2n buffer: a target of stride 2.
         std::vector<std::int64_t> t2(static_cast<std::size_t>(2 * n), -7);
         const std::vector<std::int64_t> t = targets(n, c, ignore_index);
         for (std::size_t i = 0; i < t.size(); ++i) t2[2 * i + 1] = t[i];
         const Pair target = view(make_from(t2, {2 * n}), {n}, {2}, 1);
         // The loss lands in every third element of a buffer; the rest must stay NaN.
-        const Pair loss_buffer = output({3 * n}, dtype);
+        const Pair loss_buffer = make_rounded_output({3 * n}, dtype);
         const Pair loss = view(loss_buffer, {n}, {3}, 0);
         cuda_be().nll_loss(lp.cuda, target.cuda, ignore_index, loss.cuda);
         cpu_be().nll_loss(lp.cpu, target.cpu, ignore_index, loss.cpu);
         expect_close(loss_buffer, what + " forward", true);
 
         // A gradient per row, and a broadcast one (stride 0, as after a mean).
-        const Pair g = laid_out({n}, dtype, Layout::contiguous, ++seed);
+        const Pair g = make_rounded_pair({n}, dtype, Layout::contiguous, ++seed);
         const Pair g_broadcast =
-            view(laid_out({1}, dtype, Layout::contiguous, ++seed), {n}, {0}, 0);
+            view(make_rounded_pair({1}, dtype, Layout::contiguous, ++seed), {n}, {0}, 0);
         for (const Pair* grad : {&g, &g_broadcast}) {
-          const Pair out = output({n, c}, dtype);
+          const Pair out = make_rounded_output({n, c}, dtype);
           cuda_be().nll_loss_backward(grad->cuda, target.cuda, ignore_index, out.cuda);
           cpu_be().nll_loss_backward(grad->cpu, target.cpu, ignore_index, out.cpu);
           expect_close(out, what + (grad == &g ? " backward" : " backward, broadcast gradient"),
@@ -141,8 +105,8 @@ TEST_CASE("cuda nll_loss: a target out of range throws the CPU's Error, naming t
     t[6] = bad;
     t[8] = bad;  // the first bad row is the one named
     const Pair target = make_from(t, {n});
-    const Pair lp = laid_out({n, c}, DType::float32, Layout::contiguous, 5, -3.0, 0.0);
-    const Pair loss = output({n}, DType::float32);
+    const Pair lp = make_rounded_pair({n, c}, DType::float32, Layout::contiguous, 5, -3.0, 0.0);
+    const Pair loss = make_rounded_output({n}, DType::float32);
     const std::string cpu_message =
         error_of([&] { cpu_be().nll_loss(lp.cpu, target.cpu, -100, loss.cpu); });
     const std::string cuda_message =
@@ -150,8 +114,8 @@ TEST_CASE("cuda nll_loss: a target out of range throws the CPU's Error, naming t
     CHECK(cuda_message.find("row 6") != std::string::npos);
     CHECK(cuda_message == cpu_message);
 
-    const Pair g = laid_out({n}, DType::float32, Layout::contiguous, 6);
-    const Pair out = output({n, c}, DType::float32);
+    const Pair g = make_rounded_pair({n}, DType::float32, Layout::contiguous, 6);
+    const Pair out = make_rounded_output({n, c}, DType::float32);
     const std::string cpu_backward =
         error_of([&] { cpu_be().nll_loss_backward(g.cpu, target.cpu, -100, out.cpu); });
     const std::string cuda_backward =
@@ -161,16 +125,17 @@ TEST_CASE("cuda nll_loss: a target out of range throws the CPU's Error, naming t
   }
   // The device is still usable after the Error: a good call works.
   const Pair target = make_from(targets(n, c, -100), {n});
-  const Pair lp = laid_out({n, c}, DType::float32, Layout::contiguous, 7, -3.0, 0.0);
-  const Pair loss = output({n}, DType::float32);
+  const Pair lp = make_rounded_pair({n, c}, DType::float32, Layout::contiguous, 7, -3.0, 0.0);
+  const Pair loss = make_rounded_output({n}, DType::float32);
   cuda_be().nll_loss(lp.cuda, target.cuda, -100, loss.cuda);
   cpu_be().nll_loss(lp.cpu, target.cpu, -100, loss.cpu);
   expect_close(loss, "nll_loss after an Error", true);
   // Wrong target dtype and shape.
   CHECK_THROWS_AS(cuda_be().nll_loss(lp.cuda, lp.cuda, -100, loss.cuda), Error);
   CHECK_THROWS_AS(cuda_be().nll_loss(lp.cuda, make_from({0, 1}, {2}).cuda, -100, loss.cuda), Error);
-  CHECK_THROWS_AS(cuda_be().nll_loss(lp.cuda, target.cuda, -100, output({n}, DType::float64).cuda),
-                  Error);
+  CHECK_THROWS_AS(
+      cuda_be().nll_loss(lp.cuda, target.cuda, -100, make_rounded_output({n}, DType::float64).cuda),
+      Error);
 }
 
 // ============================== index_select ==============================
@@ -198,8 +163,8 @@ TEST_CASE("cuda parity: index_select of every dtype and table layout") {
       for (const Layout layout : kLayouts) {
         const std::string what = std::string("index_select ") + dtype_name(dtype) + " " +
                                  shape_str({v, d}) + " " + layout_name(layout);
-        const Pair table = laid_out({v, d}, dtype, layout, ++seed, -3.0, 3.0);
-        const Pair out = output({n, d}, dtype);
+        const Pair table = make_rounded_pair({v, d}, dtype, layout, ++seed, -3.0, 3.0);
+        const Pair out = make_rounded_output({n, d}, dtype);
         cuda_be().index_select(table.cuda, idx.cuda, out.cuda);
         cpu_be().index_select(table.cpu, idx.cpu, out.cpu);
         expect_close(out, what, true);
@@ -209,8 +174,8 @@ TEST_CASE("cuda parity: index_select of every dtype and table layout") {
       const std::vector<std::int64_t> base = indices(n, v);
       for (std::size_t i = 0; i < base.size(); ++i) wide[2 * i] = base[i];
       const Pair strided_idx = view(make_from(wide, {2 * n}), {n}, {2}, 0);
-      const Pair table = laid_out({v, d}, dtype, Layout::contiguous, ++seed, -3.0, 3.0);
-      const Pair buffer = output({n + 1, d + 1}, dtype);
+      const Pair table = make_rounded_pair({v, d}, dtype, Layout::contiguous, ++seed, -3.0, 3.0);
+      const Pair buffer = make_rounded_output({n + 1, d + 1}, dtype);
       const Pair out = view(buffer, {n, d}, {d + 1, 1}, 1);
       cuda_be().index_select(table.cuda, strided_idx.cuda, out.cuda);
       cpu_be().index_select(table.cpu, strided_idx.cpu, out.cpu);
@@ -224,13 +189,13 @@ TEST_CASE("cuda parity: index_select of every dtype and table layout") {
 
 TEST_CASE("cuda index_select: a bad index throws the CPU's Error, naming the position") {
   if (!gpu()) return;
-  const Pair table = laid_out({6, 5}, DType::float32, Layout::contiguous, 1);
+  const Pair table = make_rounded_pair({6, 5}, DType::float32, Layout::contiguous, 1);
   for (const std::int64_t bad : {std::int64_t{6}, std::int64_t{-1}}) {
     std::vector<std::int64_t> idx = indices(20, 6);
     idx[11] = bad;
     idx[17] = bad;
     const Pair p = make_from(idx, {20});
-    const Pair out = output({20, 5}, DType::float32);
+    const Pair out = make_rounded_output({20, 5}, DType::float32);
     const std::string cpu_message =
         error_of([&] { cpu_be().index_select(table.cpu, p.cpu, out.cpu); });
     const std::string cuda_message =
@@ -240,15 +205,19 @@ TEST_CASE("cuda index_select: a bad index throws the CPU's Error, naming the pos
   }
   // No indices: nothing to do, nothing thrown.
   const Pair none = make_from({}, {0});
-  CHECK_NOTHROW(cuda_be().index_select(table.cuda, none.cuda, output({0, 5}, DType::float32).cuda));
+  CHECK_NOTHROW(cuda_be().index_select(table.cuda, none.cuda,
+                                       make_rounded_output({0, 5}, DType::float32).cuda));
   // Wrong output shape or dtype, float indices.
   const Pair idx = make_from(indices(4, 6), {4});
-  CHECK_THROWS_AS(cuda_be().index_select(table.cuda, idx.cuda, output({4, 6}, DType::float32).cuda),
+  CHECK_THROWS_AS(cuda_be().index_select(table.cuda, idx.cuda,
+                                         make_rounded_output({4, 6}, DType::float32).cuda),
                   Error);
-  CHECK_THROWS_AS(cuda_be().index_select(table.cuda, idx.cuda, output({4, 5}, DType::float64).cuda),
+  CHECK_THROWS_AS(cuda_be().index_select(table.cuda, idx.cuda,
+                                         make_rounded_output({4, 5}, DType::float64).cuda),
                   Error);
-  CHECK_THROWS_AS(
-      cuda_be().index_select(table.cuda, table.cuda, output({6, 5}, DType::float32).cuda), Error);
+  CHECK_THROWS_AS(cuda_be().index_select(table.cuda, table.cuda,
+                                         make_rounded_output({6, 5}, DType::float32).cuda),
+                  Error);
 }
 
 // ============================== index_add ==============================
@@ -267,9 +236,9 @@ TEST_CASE("cuda parity: index_add with repeated indices, every source layout") {
         const std::string what = std::string("index_add ") + dtype_name(dtype) + " " +
                                  shape_str({n, d}) + " into " + shape_str({v, d}) + " " +
                                  layout_name(layout);
-        const Pair src = laid_out({n, d}, dtype, layout, ++seed);
+        const Pair src = make_rounded_pair({n, d}, dtype, layout, ++seed);
         // The sums start from the table's values, not from 0.
-        const Pair table = laid_out({v, d}, dtype, Layout::contiguous, ++seed);
+        const Pair table = make_rounded_pair({v, d}, dtype, Layout::contiguous, ++seed);
         const Pair out = {raw::contiguous(table.cpu).clone(), raw::contiguous(table.cuda).clone()};
         cuda_be().index_add(src.cuda, idx.cuda, out.cuda);
         cpu_be().index_add(src.cpu, idx.cpu, out.cpu);
@@ -286,8 +255,8 @@ TEST_CASE("cuda index_add: a bad index throws the CPU's Error before anything is
   std::vector<std::int64_t> idx = indices(n, v);
   idx[13] = v;
   const Pair p = make_from(idx, {n});
-  const Pair src = laid_out({n, d}, DType::float32, Layout::contiguous, 1);
-  const Pair table = laid_out({v, d}, DType::float32, Layout::contiguous, 2);
+  const Pair src = make_rounded_pair({n, d}, DType::float32, Layout::contiguous, 1);
+  const Pair table = make_rounded_pair({v, d}, DType::float32, Layout::contiguous, 2);
   const Pair out = {table.cpu.clone(), table.cuda.clone()};
   const std::string cpu_message = error_of([&] { cpu_be().index_add(src.cpu, p.cpu, out.cpu); });
   const std::string cuda_message =

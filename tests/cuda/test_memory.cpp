@@ -56,16 +56,6 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 }  // namespace
 
 TEST_CASE("fill: every dtype, contiguous, transposed, sliced and broadcast outputs") {
@@ -394,7 +384,8 @@ TEST_CASE("device allocator: statistics, reuse, reset_peak, empty_cache, out of 
   CHECK(memory_stats(gpu).current_bytes == s0.current_bytes);
 
   // 2^48 float32 elements: a PiB, more than any GPU holds.
-  const std::string message = error_of([&] { empty({std::int64_t{1} << 48}, {.device = gpu}); });
+  const std::string message =
+      parity::error_of([&] { empty({std::int64_t{1} << 48}, {.device = gpu}); });
   INFO(message);
   CHECK(contains(message, "out of memory"));
   CHECK(contains(message, std::to_string(std::int64_t{1} << 50) + " bytes"));
@@ -406,7 +397,7 @@ TEST_CASE("device allocator: statistics, reuse, reset_peak, empty_cache, out of 
 
 TEST_CASE("without a usable GPU, moving a tensor to the GPU is an Error saying so") {
   if (cuda_available()) return;  // this one runs where the CUDA cases skip
-  const std::string message = error_of([] { ones({2}).to(Device::cuda()); });
+  const std::string message = parity::error_of([] { ones({2}).to(Device::cuda()); });
   INFO(message);
   // A build with the CUDA backend says there is no usable GPU; a build without it says so.
   CHECK((contains(message, "no usable GPU") || contains(message, "no CUDA backend")));

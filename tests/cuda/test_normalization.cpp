@@ -28,29 +28,10 @@ constexpr DType kDtypes[] = {DType::float32, DType::float64, DType::bfloat16};
 // Around the warp sizes, the largest warp-held row (1024) and past it (block per row).
 constexpr std::int64_t kCols[] = {1, 7, 31, 32, 33, 1000, 1024, 1025, 5000};
 
-// The dtype the CPU computes a case in: float32 for a bfloat16 case.
-DType cpu_dtype(DType dtype) {
-  return dtype == DType::bfloat16 ? DType::float32 : dtype;
-}
-
-// The values of `host` (a CPU tensor) on both devices, the GPU's in `dtype`. The conversion to
-// bfloat16 runs on the GPU; the CPU side holds the rounded values.
-Pair on_both(const Tensor& host, DType dtype) {
-  const Tensor dev =
-      raw::to_dtype(raw::to_device(raw::to_dtype(host, cpu_dtype(dtype)), Device::cuda()), dtype);
-  return {raw::to_device(raw::to_dtype(dev, cpu_dtype(dtype)), Device::cpu()), dev};
-}
-
 // Uniform values in [lo, hi), contiguous.
 Pair uniform(const Shape& shape, DType dtype, std::uint64_t seed, double lo = -1.0,
              double hi = 1.0) {
   return on_both(make_pair(shape, DType::float64, Layout::contiguous, seed, lo, hi).cpu, dtype);
-}
-
-// NaN-filled outputs, so that an element a kernel skips is caught.
-Pair output(const Shape& shape, DType dtype) {
-  const Pair p = make_output(shape, cpu_dtype(dtype));
-  return {p.cpu, raw::to_dtype(p.cuda, dtype)};
 }
 
 // bfloat16 results are compared in float32 with bfloat16's tolerance. A sum over `terms` rows
@@ -77,7 +58,7 @@ std::string describe(const char* op, DType dtype, std::int64_t rows, std::int64_
 void check_softmax(const Pair& x, DType dtype, bool log, const std::string& what,
                    std::uint64_t seed) {
   const Shape shape = x.cpu.shape();
-  const Pair y = output(shape, dtype);
+  const Pair y = make_rounded_output(shape, dtype);
   cuda_be().softmax(x.cuda, log, y.cuda);
   cpu_be().softmax(x.cpu, log, y.cpu);
   expect_close(y, what + " forward");
@@ -85,7 +66,7 @@ void check_softmax(const Pair& x, DType dtype, bool log, const std::string& what
   // The same y on both devices, so the backward compares only the backward.
   const Pair y_in = on_both(y.cpu, dtype);
   const Pair g = uniform(shape, dtype, seed);
-  const Pair dx = output(shape, dtype);
+  const Pair dx = make_rounded_output(shape, dtype);
   cuda_be().softmax_backward(y_in.cuda, g.cuda, log, dx.cuda);
   cpu_be().softmax_backward(y_in.cpu, g.cpu, log, dx.cpu);
   expect_close(dx, what + " backward");
@@ -139,7 +120,7 @@ TEST_CASE("cuda parity: softmax of masked (-inf) rows matches the CPU, NaN for a
         check_softmax(x, dtype, log, what, 40 + static_cast<std::uint64_t>(cols));
         // The CPU's answer for a fully masked row is NaN; make sure the GPU's is too (not 0 or a
         // uniform row), independently of check_close's NaN rule.
-        const Pair y = output({rows, cols}, dtype);
+        const Pair y = make_rounded_output({rows, cols}, dtype);
         cuda_be().softmax(x.cuda, log, y.cuda);
         const auto got = raw::to_device(raw::to_dtype(y.cuda, DType::float64), Device::cpu())
                              .to_vector<double>();
@@ -153,13 +134,15 @@ TEST_CASE("cuda parity: softmax of masked (-inf) rows matches the CPU, NaN for a
 TEST_CASE("cuda softmax: bad input throws Error as on the CPU") {
   if (!gpu()) return;
   const Pair x = uniform({4, 6}, DType::float32, 1);
-  const Pair y = output({4, 6}, DType::float32);
+  const Pair y = make_rounded_output({4, 6}, DType::float32);
   // A transposed (non-contiguous) view.
   const Tensor xt = raw::as_strided(x.cuda, {6, 4}, {1, 6}, 0);
-  const Tensor yt = output({6, 4}, DType::float32).cuda;
+  const Tensor yt = make_rounded_output({6, 4}, DType::float32).cuda;
   CHECK_THROWS_AS(cuda_be().softmax(xt, false, yt), Error);
-  CHECK_THROWS_AS(cuda_be().softmax(x.cuda, false, output({4, 5}, DType::float32).cuda), Error);
-  CHECK_THROWS_AS(cuda_be().softmax(x.cuda, true, output({4, 6}, DType::float64).cuda), Error);
+  CHECK_THROWS_AS(
+      cuda_be().softmax(x.cuda, false, make_rounded_output({4, 5}, DType::float32).cuda), Error);
+  CHECK_THROWS_AS(cuda_be().softmax(x.cuda, true, make_rounded_output({4, 6}, DType::float64).cuda),
+                  Error);
   CHECK_THROWS_AS(cuda_be().softmax(x.cuda, false, y.cpu), Error);
   const Tensor ints = raw::to_dtype(x.cuda, DType::int64);
   CHECK_THROWS_AS(cuda_be().softmax(ints, false, raw::to_dtype(y.cuda, DType::int64)), Error);
@@ -190,8 +173,8 @@ void check_layer_norm(std::int64_t rows, std::int64_t cols, DType dtype, DType s
   const Pair x = uniform({rows, cols}, dtype, seed, -3.0, 5.0);
   const Pair w = a.weight ? uniform({cols}, dtype, seed + 1, 0.5, 1.5) : Pair{};
   const Pair b = a.bias ? uniform({cols}, dtype, seed + 2) : Pair{};
-  const Pair y = output({rows, cols}, dtype);
-  const Pair mean = output({rows}, stats), rstd = output({rows}, stats);
+  const Pair y = make_rounded_output({rows, cols}, dtype);
+  const Pair mean = make_rounded_output({rows}, stats), rstd = make_rounded_output({rows}, stats);
   cuda_be().layer_norm(x.cuda, w.cuda, b.cuda, eps, y.cuda, mean.cuda, rstd.cuda);
   cpu_be().layer_norm(x.cpu, w.cpu, b.cpu, eps, y.cpu, mean.cpu, rstd.cpu);
   expect_close(y, what + " out");
@@ -211,9 +194,9 @@ void check_layer_norm(std::int64_t rows, std::int64_t cols, DType dtype, DType s
   for (const bool want_x : {true, false}) {
     for (const bool want_params : {true, false}) {
       if (!want_x && !want_params) continue;
-      const Pair gx = want_x ? output({rows, cols}, dtype) : Pair{};
-      const Pair gw = want_params && a.weight ? output({cols}, dtype) : Pair{};
-      const Pair gb = want_params && a.bias ? output({cols}, dtype) : Pair{};
+      const Pair gx = want_x ? make_rounded_output({rows, cols}, dtype) : Pair{};
+      const Pair gw = want_params && a.weight ? make_rounded_output({cols}, dtype) : Pair{};
+      const Pair gb = want_params && a.bias ? make_rounded_output({cols}, dtype) : Pair{};
       if (!want_x && !gw.cpu.defined() && !gb.cpu.defined()) continue;
       cuda_be().layer_norm_backward(g.cuda, x.cuda, w.cuda, m_in.cuda, r_in.cuda, gx.cuda, gw.cuda,
                                     gb.cuda);
@@ -257,7 +240,8 @@ TEST_CASE("cuda parity: layer_norm_backward column sums over many rows are deter
   const Pair rstd = uniform({rows}, DType::float32, 81, 0.5, 2.0);
   Tensor first_w, first_b;
   for (int run = 0; run < 3; ++run) {
-    const Pair gw = output({cols}, DType::float32), gb = output({cols}, DType::float32);
+    const Pair gw = make_rounded_output({cols}, DType::float32),
+               gb = make_rounded_output({cols}, DType::float32);
     cuda_be().layer_norm_backward(g.cuda, x.cuda, Tensor(), mean.cuda, rstd.cuda, Tensor(), gw.cuda,
                                   gb.cuda);
     if (run == 0) {
@@ -275,7 +259,8 @@ TEST_CASE("cuda parity: layer_norm_backward with no rows gives zero parameter gr
   const Pair x = uniform({1, 6}, DType::float32, 3);
   const Tensor empty_rows = raw::as_strided(x.cuda, {0, 6}, {6, 1}, 0);
   const Tensor none = raw::as_strided(x.cuda, {0}, {1}, 0);
-  const Pair gw = output({6}, DType::float32), gb = output({6}, DType::float32);
+  const Pair gw = make_rounded_output({6}, DType::float32),
+             gb = make_rounded_output({6}, DType::float32);
   cuda_be().layer_norm_backward(empty_rows, empty_rows, Tensor(), none, none, Tensor(), gw.cuda,
                                 gb.cuda);
   cpu_be().layer_norm_backward(raw::as_strided(x.cpu, {0, 6}, {6, 1}, 0),
@@ -289,20 +274,21 @@ TEST_CASE("cuda parity: layer_norm_backward with no rows gives zero parameter gr
 TEST_CASE("cuda layer_norm: bad input throws Error as on the CPU") {
   if (!gpu()) return;
   const Pair x = uniform({4, 6}, DType::float32, 1);
-  const Tensor y = output({4, 6}, DType::float32).cuda;
-  const Tensor mean = output({4}, DType::float32).cuda, rstd = output({4}, DType::float32).cuda;
+  const Tensor y = make_rounded_output({4, 6}, DType::float32).cuda;
+  const Tensor mean = make_rounded_output({4}, DType::float32).cuda,
+               rstd = make_rounded_output({4}, DType::float32).cuda;
   const Tensor w = uniform({6}, DType::float32, 2).cuda;
   CHECK_NOTHROW(cuda_be().layer_norm(x.cuda, w, Tensor(), 1e-5, y, mean, rstd));
   // Wrong weight shape, statistics of the wrong dtype or length, negative eps, rows of 0.
   CHECK_THROWS_AS(cuda_be().layer_norm(x.cuda, uniform({5}, DType::float32, 3).cuda, Tensor(), 1e-5,
                                        y, mean, rstd),
                   Error);
-  CHECK_THROWS_AS(
-      cuda_be().layer_norm(x.cuda, w, Tensor(), 1e-5, y, output({4}, DType::float64).cuda, rstd),
-      Error);
-  CHECK_THROWS_AS(
-      cuda_be().layer_norm(x.cuda, w, Tensor(), 1e-5, y, output({3}, DType::float32).cuda, rstd),
-      Error);
+  CHECK_THROWS_AS(cuda_be().layer_norm(x.cuda, w, Tensor(), 1e-5, y,
+                                       make_rounded_output({4}, DType::float64).cuda, rstd),
+                  Error);
+  CHECK_THROWS_AS(cuda_be().layer_norm(x.cuda, w, Tensor(), 1e-5, y,
+                                       make_rounded_output({3}, DType::float32).cuda, rstd),
+                  Error);
   CHECK_THROWS_AS(cuda_be().layer_norm(x.cuda, w, Tensor(), -1.0, y, mean, rstd), Error);
   const Tensor no_cols = raw::as_strided(x.cuda, {4, 0}, {1, 1}, 0);
   CHECK_THROWS_AS(cuda_be().layer_norm(no_cols, Tensor(), Tensor(), 1e-5,

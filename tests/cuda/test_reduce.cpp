@@ -27,9 +27,6 @@ constexpr std::array kLayouts = {Layout::contiguous, Layout::transposed, Layout:
 constexpr std::array kOps = {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::min};
 constexpr std::array kDtypes = {DType::float32, DType::float64, DType::bfloat16, DType::int64};
 
-DType cpu_dtype(DType dtype) {
-  return dtype == DType::bfloat16 ? DType::float32 : dtype;
-}
 // t as the CPU computes with it (bfloat16 widened to float32).
 Tensor for_cpu(const Tensor& t) {
   return t.dtype() == DType::bfloat16 ? raw::to_dtype(t, DType::float32) : t;

@@ -17,8 +17,7 @@ inline bool gradcheck_module(nn::Module& m, const Tensor& x,
   m.to(kFloat64);
   std::vector<Tensor> inputs = {x};
   for (const Tensor& p : m.parameters()) inputs.push_back(p);
-  return gradcheck([&](const std::vector<Tensor>& in) { return forward(in[0]); }, inputs,
-                   options);
+  return gradcheck([&](const std::vector<Tensor>& in) { return forward(in[0]); }, inputs, options);
 }
 
 inline Tensor randn64(const Shape& shape, bool requires_grad = true) {

@@ -84,9 +84,9 @@ TEST_CASE("fused attention: gradient check, transposed inputs, errors") {
   CHECK_THROWS_WITH_AS(fused_attention(randn({1, 4, 3}), randn({1, 4, 2}), randn({1, 4, 3})),
                        doctest::Contains("q and k differ in their last dim"), Error);
   CHECK_THROWS_AS(fused_attention(randn({1, 4, 3}), randn({1, 4, 3}), randn({1, 5, 3})), Error);
-  CHECK_THROWS_AS(fused_attention(randn({1, 4, 3}), randn({1, 4, 3}), randn({1, 4, 3}),
-                                  ones({4, 4})),
-                  Error);  // float mask
+  CHECK_THROWS_AS(
+      fused_attention(randn({1, 4, 3}), randn({1, 4, 3}), randn({1, 4, 3}), ones({4, 4})),
+      Error);  // float mask
 }
 
 TEST_CASE("MultiHeadAttention: padding never reaches real positions; causal hides the future") {
@@ -110,7 +110,8 @@ TEST_CASE("MultiHeadAttention: padding never reaches real positions; causal hide
   CHECK(max_abs_diff(c1.narrow(1, 0, 3), c3.narrow(1, 0, 3)) < 1e-6);
   CHECK(max_abs_diff(c1.narrow(1, 3, 3), c3.narrow(1, 3, 3)) > 1e-3);
 
-  CHECK_THROWS_WITH_AS(mha.forward(randn({2, 6, 7})), doctest::Contains("expected input [B, n, 8]"), Error);
+  CHECK_THROWS_WITH_AS(mha.forward(randn({2, 6, 7})), doctest::Contains("expected input [B, n, 8]"),
+                       Error);
   CHECK_THROWS_AS(mha.forward(x, from<bool>({true}, {1, 1})), Error);
   CHECK_THROWS_AS(nn::MultiHeadAttention(10, 3), Error);
 }

@@ -78,7 +78,8 @@ TEST_CASE("k per layer: explicit lists and rules") {
   }
   CHECK(ks == std::vector<std::int64_t>{16, 12, 8});
   CHECK(enc.forward(randn({2, 20, 8})).shape() == Shape{2, 20, 8});
-  CHECK_THROWS_AS(nn::TransformerEncoder({.layers = 2, .max_seq_len = 8,
+  CHECK_THROWS_AS(nn::TransformerEncoder({.layers = 2,
+                                          .max_seq_len = 8,
                                           .attention = nn::AttentionKind::linformer,
                                           .linformer = {.k = 9}}),
                   Error);
@@ -125,8 +126,13 @@ TEST_CASE("gradient checks: every projection kind and sharing mode") {
 
 TEST_CASE("MaskedLM and SequenceClassifier") {
   manual_seed(29);
-  nn::EncoderConfig c = {.layers = 2, .d_model = 8, .heads = 2, .d_ff = 16, .max_seq_len = 12,
-                         .attention = nn::AttentionKind::linformer, .linformer = {.k = 4}};
+  nn::EncoderConfig c = {.layers = 2,
+                         .d_model = 8,
+                         .heads = 2,
+                         .d_ff = 16,
+                         .max_seq_len = 12,
+                         .attention = nn::AttentionKind::linformer,
+                         .linformer = {.k = 4}};
   nn::MaskedLM mlm(c, 20);
   Tensor tokens = from<std::int64_t>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {2, 5});
   CHECK(mlm.forward(tokens).shape() == Shape{2, 5, 20});
@@ -141,8 +147,8 @@ TEST_CASE("MaskedLM and SequenceClassifier") {
 
   for (auto pooling : {nn::Pooling::cls, nn::Pooling::mean}) {
     nn::SequenceClassifier clf(c, 20, 3, pooling);
-    Tensor pad = from<bool>({false, false, false, true, true, false, false, false, false, false},
-                            {2, 5});
+    Tensor pad =
+        from<bool>({false, false, false, true, true, false, false, false, false, false}, {2, 5});
     Tensor logits = clf.forward(tokens, pad);
     CHECK(logits.shape() == Shape{2, 3});
     // Mean pooling ignores padded tokens.
@@ -191,8 +197,8 @@ TEST_CASE("a user-registered projection kind plugs into the encoder") {
   nn::register_projection("fixed_gaussian", [](const nn::ProjectionSpec& s) {
     return std::make_shared<FixedGaussian>(s);
   });
-  nn::TransformerEncoder enc(tiny(nn::AttentionKind::linformer,
-                                  {.k = 3, .projection_name = "fixed_gaussian"}));
+  nn::TransformerEncoder enc(
+      tiny(nn::AttentionKind::linformer, {.k = 3, .projection_name = "fixed_gaussian"}));
   CHECK(enc.forward(randn({2, 5, 4})).shape() == Shape{2, 5, 4});
   CHECK(projection_matrices(enc, 3, 5) == 0);  // nothing learned
 }
@@ -201,8 +207,13 @@ TEST_CASE("activation memory: quadratic in n for full attention, linear for Linf
   // One layer, forward + backward; the peak of live tensor bytes above the baseline.
   auto peak_for = [](nn::AttentionKind kind, std::int64_t n) {
     manual_seed(31);
-    nn::TransformerEncoder enc({.layers = 1, .d_model = 16, .heads = 4, .d_ff = 32,
-                                .max_seq_len = 1024, .dropout = 0.0, .attention = kind,
+    nn::TransformerEncoder enc({.layers = 1,
+                                .d_model = 16,
+                                .heads = 4,
+                                .d_ff = 32,
+                                .max_seq_len = 1024,
+                                .dropout = 0.0,
+                                .attention = kind,
                                 .linformer = {.k = 32, .sharing = nn::Sharing::layerwise}});
     Tensor x = randn({2, n, 16}, {.requires_grad = true});
     const auto base = memory_stats().current_bytes;

@@ -15,13 +15,16 @@ TEST_CASE("Linear: shape, init bounds, gradients") {
   for (float w : fc.weight.to_vector<float>()) CHECK(std::abs(w) <= bound + 1e-7);
   for (float b : fc.bias.to_vector<float>()) CHECK(std::abs(b) <= bound + 1e-7);
   CHECK(fc.forward(randn({2, 3, 16})).shape() == Shape{2, 3, 8});
-  CHECK_THROWS_WITH_AS(fc.forward(randn({2, 15})), doctest::Contains("Linear: expected input [..., 16]"), Error);
+  CHECK_THROWS_WITH_AS(fc.forward(randn({2, 15})),
+                       doctest::Contains("Linear: expected input [..., 16]"), Error);
 
   nn::Linear small(3, 2);
-  CHECK(gradcheck_module(small, randn64({2, 4, 3}), [&](const Tensor& x) { return small.forward(x); }));
+  CHECK(gradcheck_module(small, randn64({2, 4, 3}),
+                         [&](const Tensor& x) { return small.forward(x); }));
   nn::Linear no_bias(3, 2, false);
   CHECK(no_bias.parameters().size() == 1);
-  CHECK(gradcheck_module(no_bias, randn64({5, 3}), [&](const Tensor& x) { return no_bias.forward(x); }));
+  CHECK(gradcheck_module(no_bias, randn64({5, 3}),
+                         [&](const Tensor& x) { return no_bias.forward(x); }));
 }
 
 TEST_CASE("LayerNorm, FeedForward, Embedding, position encodings: gradients") {
@@ -31,7 +34,8 @@ TEST_CASE("LayerNorm, FeedForward, Embedding, position encodings: gradients") {
   nn::FeedForward ff(4, 6, nn::Activation::gelu);
   CHECK(gradcheck_module(ff, randn64({2, 3, 4}), [&](const Tensor& x) { return ff.forward(x); }));
   nn::FeedForward ff_relu(3, 5, nn::Activation::relu);
-  CHECK(gradcheck_module(ff_relu, randn64({4, 3}), [&](const Tensor& x) { return ff_relu.forward(x); }));
+  CHECK(gradcheck_module(ff_relu, randn64({4, 3}),
+                         [&](const Tensor& x) { return ff_relu.forward(x); }));
 
   nn::Embedding emb(7, 3);
   Tensor ids = from<std::int64_t>({1, 4, 4, 6, 0}, {5});
@@ -60,12 +64,14 @@ TEST_CASE("Sinusoidal position encoding values") {
 TEST_CASE("Conv1d and pooling layers: shapes and gradients") {
   nn::Conv1d conv(2, 3, 3, 2, 1);
   CHECK(conv.forward(randn({2, 2, 9})).shape() == Shape{2, 3, 5});
-  CHECK(gradcheck_module(conv, randn64({2, 2, 7}), [&](const Tensor& x) { return conv.forward(x); }));
+  CHECK(
+      gradcheck_module(conv, randn64({2, 2, 7}), [&](const Tensor& x) { return conv.forward(x); }));
   nn::AvgPool1d avg(2);
   nn::MaxPool1d mx(3, 2);
   CHECK(avg.forward(randn({1, 2, 7})).shape() == Shape{1, 2, 3});
   CHECK(mx.forward(randn({1, 2, 7})).shape() == Shape{1, 2, 3});
-  CHECK(gradcheck([&](const std::vector<Tensor>& in) { return avg.forward(in[0]); }, {randn64({1, 2, 6})}));
+  CHECK(gradcheck([&](const std::vector<Tensor>& in) { return avg.forward(in[0]); },
+                  {randn64({1, 2, 6})}));
 }
 
 TEST_CASE("Dropout: identity in eval, scaled mask in training") {

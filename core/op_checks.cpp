@@ -1,0 +1,432 @@
+// The argument rules of the primitive ops (see op_checks.h): one place for the checks every
+// backend runs before its kernels, so the CPU and CUDA backends reject the same calls with the
+// same messages.
+#include "core/op_checks.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace tinyformer {
+
+namespace {
+
+bool on_backend(const Tensor& t, DeviceType backend) {
+  return t.device().type == backend;
+}
+
+// The floating dtypes the backend's kernels take, as messages list them (the CPU kernels have no
+// bfloat16 path).
+const char* floating_list(DeviceType backend) {
+  return backend == DeviceType::cpu ? "float32 or float64" : "float32, float64 or bfloat16";
+}
+
+// A defined, contiguous tensor of `shape` and `dtype` on the backend's device; `name` names the
+// argument. `same_device`, when given, is the one device every operand must share (the CUDA
+// backend's rule for conv1d and pooling); otherwise the tensor must be on the backend's kind.
+void check_operand(const Tensor& t, const char* op, const char* name, const Shape& shape,
+                   DType dtype, DeviceType backend, const Device* same_device = nullptr) {
+  TF_CHECK(t.defined(), op, ": expected a defined ", name, ", got an undefined Tensor");
+  TF_CHECK(t.shape() == shape, op, ": expected ", name, " of shape ", shape_str(shape), ", got ",
+           shape_str(t.shape()));
+  TF_CHECK(t.dtype() == dtype, op, ": expected ", name, " of dtype ", dtype, ", got ", t.dtype());
+  if (same_device != nullptr) {
+    TF_CHECK(t.device() == *same_device, op, ": expected ", name, " on ", *same_device, ", got ",
+             t.device());
+  } else {
+    TF_CHECK(on_backend(t, backend), op, ": the ", backend_name(backend), " backend got ", name,
+             " on ", t.device());
+  }
+  TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
+           shape_str(t.strides()));
+}
+
+// The unary ops whose derivative reads x; the others (but neg) read y.
+bool backward_reads_x(UnaryOp op) {
+  return op == UnaryOp::log || op == UnaryOp::abs || op == UnaryOp::gelu ||
+         op == UnaryOp::gelu_tanh || op == UnaryOp::pow_scalar;
+}
+
+// x: [R, C] floating, contiguous, on the backend.
+void check_layer_norm_input(const Tensor& x, const char* op, DeviceType backend) {
+  TF_CHECK(x.defined(), op, ": expected a defined x, got an undefined Tensor");
+  TF_CHECK(x.dim() == 2, op, ": expected x of shape [R, C], got ", shape_str(x.shape()));
+  TF_CHECK(is_floating(x.dtype()), op, ": expected ", floating_list(backend), ", got ", x.dtype());
+  check_operand(x, op, "x", x.shape(), x.dtype(), backend);
+}
+
+// mean, rstd: [R] of x's dtype; the CUDA backend also takes float32 statistics for a bfloat16 x.
+void check_layer_norm_stats(const Tensor& x, const Tensor& mean, const Tensor& rstd, const char* op,
+                            DeviceType backend) {
+  const DType stats =
+      backend == DeviceType::cuda && x.dtype() == DType::bfloat16 && mean.dtype() == DType::float32
+          ? DType::float32
+          : x.dtype();
+  check_operand(mean, op, "mean", {x.size(0)}, stats, backend);
+  check_operand(rstd, op, "rstd", {x.size(0)}, stats, backend);
+}
+
+// x: [B, Cin, L], weight: [Cout, Cin, K]; checks both and works out Lout.
+ConvShape conv_shape(const char* op, const Tensor& x, const Tensor& weight, std::int64_t stride,
+                     std::int64_t padding, DeviceType backend, const Device* same_device) {
+  TF_CHECK(x.defined() && weight.defined(), op,
+           ": expected defined x and weight, got an undefined Tensor");
+  TF_CHECK(x.dim() == 3, op, ": expected x of shape [B, C, L], got ", shape_str(x.shape()));
+  TF_CHECK(weight.dim() == 3, op, ": expected weight of shape [Cout, Cin, K], got ",
+           shape_str(weight.shape()));
+  TF_CHECK(is_floating(x.dtype()), op, ": expected ", floating_list(backend), ", got ", x.dtype());
+  TF_CHECK(on_backend(x, backend), op, ": the ", backend_name(backend), " backend got x on ",
+           x.device());
+  check_operand(x, op, "x", x.shape(), x.dtype(), backend, same_device);
+  check_operand(weight, op, "weight", weight.shape(), x.dtype(), backend, same_device);
+  TF_CHECK(weight.size(1) == x.size(1), op, ": weight ", shape_str(weight.shape()), " expects ",
+           weight.size(1), " input channels, x ", shape_str(x.shape()), " has ", x.size(1));
+  TF_CHECK(stride >= 1, op, ": expected stride >= 1, got ", stride);
+  TF_CHECK(padding >= 0, op, ": expected padding >= 0, got ", padding);
+  TF_CHECK(weight.size(2) >= 1, op, ": expected a kernel of at least 1, got ",
+           shape_str(weight.shape()));
+  const std::int64_t padded = x.size(2) + 2 * padding;
+  TF_CHECK(padded >= weight.size(2), op, ": the kernel (", weight.size(2),
+           ") is longer than the padded input (", padded, ")");
+  return {x.size(0),      x.size(1), x.size(2), weight.size(0),
+          weight.size(2), stride,    padding,   (padded - weight.size(2)) / stride + 1};
+}
+
+// x: [B, C, L]; returns Lout after checking x, kernel and stride.
+std::int64_t pool_out_length(const char* op, const Tensor& x, std::int64_t kernel,
+                             std::int64_t stride, DeviceType backend, const Device* same_device) {
+  TF_CHECK(x.defined(), op, ": expected a defined x, got an undefined Tensor");
+  TF_CHECK(x.dim() == 3, op, ": expected x of shape [B, C, L], got ", shape_str(x.shape()));
+  TF_CHECK(is_floating(x.dtype()), op, ": expected ", floating_list(backend), ", got ", x.dtype());
+  TF_CHECK(on_backend(x, backend), op, ": the ", backend_name(backend), " backend got x on ",
+           x.device());
+  check_operand(x, op, "x", x.shape(), x.dtype(), backend, same_device);
+  TF_CHECK(kernel >= 1 && stride >= 1, op, ": expected kernel >= 1 and stride >= 1, got kernel ",
+           kernel, " and stride ", stride);
+  TF_CHECK(x.size(2) >= kernel, op, ": the kernel (", kernel, ") is longer than the input (",
+           x.size(2), ")");
+  return (x.size(2) - kernel) / stride + 1;
+}
+
+// The CUDA backend wants every operand of a cuDNN call on x's GPU; null on the CPU.
+const Device* cudnn_device(const Device& x_device, DeviceType backend) {
+  return backend == DeviceType::cuda ? &x_device : nullptr;
+}
+
+// One of adamw_step's tensors: param's shape and dtype, contiguous, on the backend.
+void check_adam_state(const Tensor& t, const Tensor& param, const char* name, DeviceType backend) {
+  const char* op = "adamw_step";
+  TF_CHECK(t.defined(), op, ": expected a defined ", name, ", got an undefined Tensor");
+  TF_CHECK(t.shape() == param.shape() && t.dtype() == param.dtype(), op, ": expected ", name,
+           " of the parameter's ", param.dtype(), " ", shape_str(param.shape()), ", got ",
+           t.dtype(), " ", shape_str(t.shape()));
+  if (backend == DeviceType::cpu) {
+    TF_CHECK(t.device().is_cpu(), op, ": the CPU backend got ", name, " on ", t.device());
+  } else {
+    TF_CHECK(t.device() == param.device() && t.device().is_cuda(), op,
+             ": the CUDA backend expected ", name, " on ", param.device(), ", got ", t.device());
+  }
+  TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
+           shape_str(t.strides()));
+}
+
+void check_hyper(bool ok, const char* what, double value, const char* expected) {
+  TF_CHECK(ok, "adamw_step: expected ", what, " ", expected, ", got ", value);
+}
+
+}  // namespace
+
+const char* backend_name(DeviceType backend) {
+  return backend == DeviceType::cpu ? "CPU" : "CUDA";
+}
+
+void check_same_shape(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs,
+                      DeviceType backend) {
+  const bool cuda = backend == DeviceType::cuda;
+  TF_CHECK(out.defined(), op, ": expected a defined output tensor, got an undefined Tensor");
+  TF_CHECK(!cuda || out.device().is_cuda(), op, ": expected the output on the GPU, got it on ",
+           out.device());
+  for (const Tensor& t : inputs) {
+    TF_CHECK(t.defined(), op, ": expected defined input tensors, got an undefined Tensor");
+    TF_CHECK(!cuda || t.device() == out.device(), op, ": expected inputs on ", out.device(),
+             ", got one on ", t.device());
+    TF_CHECK(t.shape() == out.shape(), op, ": expected inputs of the output's shape ",
+             shape_str(out.shape()), ", got ", shape_str(t.shape()));
+  }
+}
+
+void check_dtype(const char* op, const char* what, const Tensor& t, DType dtype) {
+  TF_CHECK(t.defined(), op, ": expected ", what,
+           " to be a defined tensor, got an undefined Tensor");
+  TF_CHECK(t.dtype() == dtype, op, ": expected ", what, " of dtype ", dtype, ", got ", t.dtype());
+}
+
+// x, out: same shape, any strides, one dtype.
+void check_unary_args(UnaryOp op, const Tensor& x, const Tensor& out, DeviceType backend) {
+  const char* name = unary_name(op);
+  check_same_shape(name, out, {x}, backend);
+  TF_CHECK(x.dtype() == out.dtype(), name, ": expected the output's dtype ", out.dtype(),
+           ", got input ", x.dtype());
+}
+
+// grad, x or y (whichever op' reads; neither for neg), out: same shape and dtype.
+void check_unary_backward_args(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
+                               const Tensor& out, DeviceType backend) {
+  const char* name = unary_name(op);
+  const bool reads_x = backward_reads_x(op), reads_y = !reads_x && op != UnaryOp::neg;
+  TF_CHECK(!reads_x || x.defined(), name,
+           " backward: expected the input x, got an undefined Tensor");
+  TF_CHECK(!reads_y || y.defined(), name,
+           " backward: expected the output y, got an undefined Tensor");
+  const Tensor& saved = reads_x ? x : y;
+  if (reads_x || reads_y) {
+    check_same_shape(name, out, {grad, saved}, backend);
+    check_dtype(name, reads_x ? "x" : "y", saved, out.dtype());
+  } else {
+    check_same_shape(name, out, {grad}, backend);
+  }
+  check_dtype(name, "grad", grad, out.dtype());
+}
+
+// x: any shape and strides; out: x's shape with every dim in `dims` (in range, no repeats) set
+// to 1, x's dtype; mean takes floating tensors only.
+std::vector<bool> check_reduce_args(ReduceOp op, const Tensor& x, const Shape& dims,
+                                    const Tensor& out, DeviceType backend) {
+  const char* name = reduce_name(op);
+  TF_CHECK(x.defined() && out.defined(), name,
+           ": expected defined tensors, got an undefined Tensor");
+  if (backend == DeviceType::cuda) {
+    TF_CHECK(x.device().is_cuda() && out.device() == x.device(), name,
+             ": expected tensors on the GPU, got ", x.device(), " and ", out.device());
+  }
+  std::vector<bool> reduced(static_cast<std::size_t>(x.dim()), false);
+  Shape expected = x.shape();
+  for (std::int64_t d : dims) {
+    const auto k = static_cast<std::size_t>(normalize_dim(d, x.dim(), name));
+    if (x.dim() == 0) continue;  // dim 0 / -1 of a scalar: nothing to reduce
+    TF_CHECK(!reduced[k], name, ": dim ", d, " appears more than once in ", shape_str(dims));
+    reduced[k] = true;
+    expected[k] = 1;
+  }
+  TF_CHECK(out.shape() == expected, name, ": expected an output of shape ", shape_str(expected),
+           " for ", shape_str(x.shape()), " over dims ", shape_str(dims), ", got ",
+           shape_str(out.shape()));
+  check_dtype(name, "the output", out, x.dtype());
+  TF_CHECK(op != ReduceOp::mean || is_floating(x.dtype()), name,
+           ": expected a floating tensor, got ", x.dtype());
+  // An empty reduced dim: the sum of nothing is 0 and its mean NaN; max and min have no value.
+  TF_CHECK(out.numel() == 0 || x.numel() > 0 || op == ReduceOp::sum || op == ReduceOp::mean, name,
+           ": cannot reduce over an empty dim of shape ", shape_str(x.shape()));
+  return reduced;
+}
+
+// x: any shape; values (x's dtype), indices (int64): x's shape with `dim` set to 1.
+std::int64_t check_max_dim_args(const Tensor& x, std::int64_t dim, const Tensor& values,
+                                const Tensor& indices, DeviceType backend) {
+  TF_CHECK(x.defined(), "max_dim: expected a defined tensor, got an undefined Tensor");
+  const std::int64_t d = normalize_dim(dim, x.dim(), "max_dim");
+  Shape kept_shape = x.shape();
+  if (x.dim() > 0) kept_shape[static_cast<std::size_t>(d)] = 1;
+  TF_CHECK(values.defined() && values.shape() == kept_shape && indices.defined() &&
+               indices.shape() == kept_shape,
+           "max_dim: expected values and indices of shape ", shape_str(kept_shape), " for ",
+           shape_str(x.shape()), " over dim ", dim);
+  if (backend == DeviceType::cuda) {
+    TF_CHECK(
+        x.device().is_cuda() && values.device() == x.device() && indices.device() == x.device(),
+        "max_dim: expected tensors on the GPU, got ", x.device(), ", ", values.device(), " and ",
+        indices.device());
+  }
+  check_dtype("max_dim", "values", values, x.dtype());
+  check_dtype("max_dim", "indices", indices, DType::int64);
+  return d;
+}
+
+// a: [B, M, K], b: [B, K, N] (a batch of 1 broadcasts), out: [B, M, N] contiguous, not sharing
+// memory with a or b; one floating dtype.
+void check_matmul_args(const Tensor& a, const Tensor& b, const Tensor& out, DeviceType backend) {
+  TF_CHECK(a.defined() && b.defined() && out.defined(),
+           "matmul: expected defined a, b and out, got an undefined Tensor");
+  TF_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3,
+           "matmul: expected a [B, M, K], b [B, K, N] and out [B, M, N], got ",
+           shape_str(a.shape()), ", ", shape_str(b.shape()), " and ", shape_str(out.shape()));
+  const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  TF_CHECK((a.size(0) == batch || a.size(0) == 1) && (b.size(0) == batch || b.size(0) == 1) &&
+               a.size(1) == m && b.size(1) == k && b.size(2) == n,
+           "matmul: shapes do not match: ", shape_str(a.shape()), " @ ", shape_str(b.shape()),
+           " into ", shape_str(out.shape()));
+  TF_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype() && is_floating(a.dtype()),
+           "matmul: expected float32, float64 or bfloat16 operands of one dtype, got ", a.dtype(),
+           ", ", b.dtype(), " and ", out.dtype());
+  if (backend == DeviceType::cpu) {
+    TF_CHECK(a.device().is_cpu() && b.device().is_cpu() && out.device().is_cpu(),
+             "matmul: the CPU backend got a tensor on ",
+             !a.device().is_cpu()   ? a.device()
+             : !b.device().is_cpu() ? b.device()
+                                    : out.device());
+  } else {
+    TF_CHECK(out.device().is_cuda() && a.device() == out.device() && b.device() == out.device(),
+             "matmul: the CUDA backend expected a, b and out on one GPU, got ", a.device(), ", ",
+             b.device(), " and ", out.device());
+  }
+  TF_CHECK(out.numel() == 0 || out.is_contiguous(),
+           "matmul: expected a contiguous out, got strides ", shape_str(out.strides()));
+  TF_CHECK(out.storage() != a.storage() && out.storage() != b.storage(),
+           "matmul: out shares memory with an input");
+}
+
+// Every tensor must be a contiguous [R, C] of the first one's shape and one floating dtype.
+void check_softmax_args(const char* op, std::initializer_list<const Tensor*> tensors,
+                        DeviceType backend) {
+  const Tensor& first = **tensors.begin();
+  for (const Tensor* t : tensors) {
+    TF_CHECK(t->defined(), op, ": expected defined tensors, got an undefined Tensor");
+    TF_CHECK(t->dim() == 2, op, ": expected [R, C] tensors, got shape ", shape_str(t->shape()));
+    TF_CHECK(t->shape() == first.shape(), op, ": shapes differ: ", shape_str(first.shape()),
+             " and ", shape_str(t->shape()));
+    TF_CHECK(t->dtype() == first.dtype() && is_floating(t->dtype()), op, ": expected ",
+             floating_list(backend), " tensors of one dtype, got ", first.dtype(), " and ",
+             t->dtype());
+    TF_CHECK(on_backend(*t, backend), op, ": the ", backend_name(backend),
+             " backend got a tensor on ", t->device());
+    TF_CHECK(t->is_contiguous(), op, ": expected contiguous tensors, got strides ",
+             shape_str(t->strides()), " for shape ", shape_str(t->shape()));
+  }
+}
+
+// x, out: [R, C]; weight, bias: [C] or undefined; mean, rstd: [R]; eps >= 0; rows of at least
+// one element unless there are no rows.
+void check_layer_norm_args(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                           const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                           DeviceType backend) {
+  const char* op = "layer_norm";
+  check_layer_norm_input(x, op, backend);
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  TF_CHECK(out.defined() && mean.defined() && rstd.defined(), op,
+           ": expected defined out, mean and rstd, got an undefined Tensor");
+  check_operand(out, op, "out", x.shape(), x.dtype(), backend);
+  check_layer_norm_stats(x, mean, rstd, op, backend);
+  if (weight.defined()) check_operand(weight, op, "weight", {cols}, x.dtype(), backend);
+  if (bias.defined()) check_operand(bias, op, "bias", {cols}, x.dtype(), backend);
+  TF_CHECK(eps >= 0, op, ": expected eps >= 0, got ", eps);
+  if (rows == 0) return;
+  TF_CHECK(cols > 0, op, ": cannot normalize rows of 0 elements (x ", shape_str(x.shape()), ")");
+}
+
+// grad, x, grad_x: [R, C]; weight: [C] or undefined; mean, rstd: [R];
+// grad_x, grad_weight, grad_bias: undefined when not wanted.
+void check_layer_norm_backward_args(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                                    const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
+                                    const Tensor& grad_weight, const Tensor& grad_bias,
+                                    DeviceType backend) {
+  const char* op = "layer_norm_backward";
+  check_layer_norm_input(x, op, backend);
+  const std::int64_t cols = x.size(1);
+  TF_CHECK(grad.defined() && mean.defined() && rstd.defined(), op,
+           ": expected defined grad, mean and rstd, got an undefined Tensor");
+  check_operand(grad, op, "grad", x.shape(), x.dtype(), backend);
+  check_layer_norm_stats(x, mean, rstd, op, backend);
+  if (weight.defined()) check_operand(weight, op, "weight", {cols}, x.dtype(), backend);
+  if (grad_x.defined()) check_operand(grad_x, op, "grad_x", x.shape(), x.dtype(), backend);
+  if (grad_weight.defined()) {
+    check_operand(grad_weight, op, "grad_weight", {cols}, x.dtype(), backend);
+  }
+  if (grad_bias.defined()) check_operand(grad_bias, op, "grad_bias", {cols}, x.dtype(), backend);
+}
+
+// x: [B, Cin, L], weight: [Cout, Cin, K], bias: [Cout] or undefined, out: [B, Cout, Lout]
+ConvShape check_conv1d_args(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                            std::int64_t stride, std::int64_t padding, const Tensor& out,
+                            DeviceType backend) {
+  const char* op = "conv1d";
+  const Device device = x.defined() ? x.device() : Device{};
+  const Device* same = cudnn_device(device, backend);
+  const ConvShape s = conv_shape(op, x, weight, stride, padding, backend, same);
+  if (bias.defined()) check_operand(bias, op, "bias", {s.c_out}, x.dtype(), backend, same);
+  TF_CHECK(out.defined(), op, ": expected a defined out, got an undefined Tensor");
+  check_operand(out, op, "out", {s.batch, s.c_out, s.out_length}, x.dtype(), backend, same);
+  return s;
+}
+
+// grad: [B, Cout, Lout]; x, weight as in the forward; grad_x: [B, Cin, L],
+// grad_weight: [Cout, Cin, K], grad_bias: [Cout], each undefined when not wanted.
+ConvShape check_conv1d_backward_args(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                                     std::int64_t stride, std::int64_t padding,
+                                     const Tensor& grad_x, const Tensor& grad_weight,
+                                     const Tensor& grad_bias, DeviceType backend) {
+  const char* op = "conv1d_backward";
+  const Device device = x.defined() ? x.device() : Device{};
+  const Device* same = cudnn_device(device, backend);
+  const ConvShape s = conv_shape(op, x, weight, stride, padding, backend, same);
+  const DType dtype = x.dtype();
+  TF_CHECK(grad.defined(), op, ": expected a defined grad, got an undefined Tensor");
+  check_operand(grad, op, "grad", {s.batch, s.c_out, s.out_length}, dtype, backend, same);
+  if (grad_x.defined()) check_operand(grad_x, op, "grad_x", x.shape(), dtype, backend, same);
+  if (grad_weight.defined()) {
+    check_operand(grad_weight, op, "grad_weight", weight.shape(), dtype, backend, same);
+  }
+  if (grad_bias.defined()) {
+    check_operand(grad_bias, op, "grad_bias", {s.c_out}, dtype, backend, same);
+  }
+  return s;
+}
+
+// x: [B, C, L], out: [B, C, Lout]
+std::int64_t check_pool1d_args(const char* op, const Tensor& x, std::int64_t kernel,
+                               std::int64_t stride, const Tensor& out, DeviceType backend) {
+  const Device device = x.defined() ? x.device() : Device{};
+  const Device* same = cudnn_device(device, backend);
+  const std::int64_t out_length = pool_out_length(op, x, kernel, stride, backend, same);
+  check_operand(out, op, "out", {x.size(0), x.size(1), out_length}, x.dtype(), backend, same);
+  return out_length;
+}
+
+// grad: [B, C, Lout], x: [B, C, L] (the forward's input), grad_x: [B, C, L]
+std::int64_t check_pool1d_backward_args(const char* op, const Tensor& grad, const Tensor& x,
+                                        std::int64_t kernel, std::int64_t stride,
+                                        const Tensor& grad_x, DeviceType backend) {
+  const Device device = x.defined() ? x.device() : Device{};
+  const Device* same = cudnn_device(device, backend);
+  const std::int64_t out_length = pool_out_length(op, x, kernel, stride, backend, same);
+  check_operand(grad, op, "grad", {x.size(0), x.size(1), out_length}, x.dtype(), backend, same);
+  check_operand(grad_x, op, "grad_x", x.shape(), x.dtype(), backend, same);
+  return out_length;
+}
+
+// param, grad, exp_avg, exp_avg_sq: one shape, float32 or float64 (moments kept in bfloat16
+// would stall: beta2 * v rounds back to v for beta2 = 0.999), contiguous, no two sharing memory;
+// the scalars in the ranges of core/ops.def.
+void check_adamw_step_args(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                           const Tensor& exp_avg_sq, double lr, double beta1, double beta2,
+                           double eps, double weight_decay, double bias_correction1,
+                           double bias_correction2, DeviceType backend) {
+  TF_CHECK(param.defined(), "adamw_step: expected a defined param, got an undefined Tensor");
+  TF_CHECK(param.dtype() == DType::float32 || param.dtype() == DType::float64,
+           "adamw_step: expected a float32 or float64 param, got ", param.dtype());
+  check_adam_state(param, param, "param", backend);
+  check_adam_state(grad, param, "grad", backend);
+  check_adam_state(exp_avg, param, "exp_avg", backend);
+  check_adam_state(exp_avg_sq, param, "exp_avg_sq", backend);
+  check_hyper(std::isfinite(lr) && lr >= 0.0, "lr", lr, ">= 0");
+  check_hyper(beta1 >= 0.0 && beta1 < 1.0, "beta1", beta1, "in [0, 1)");
+  check_hyper(beta2 >= 0.0 && beta2 < 1.0, "beta2", beta2, "in [0, 1)");
+  check_hyper(std::isfinite(eps) && eps >= 0.0, "eps", eps, ">= 0");
+  check_hyper(std::isfinite(weight_decay) && weight_decay >= 0.0, "weight_decay", weight_decay,
+              ">= 0");
+  check_hyper(bias_correction1 > 0.0 && bias_correction1 <= 1.0, "bias_correction1",
+              bias_correction1, "in (0, 1]");
+  check_hyper(bias_correction2 > 0.0 && bias_correction2 <= 1.0, "bias_correction2",
+              bias_correction2, "in (0, 1]");
+  if (param.numel() == 0) return;
+  // The update reads and writes the four tensors element by element; two sharing memory would
+  // read values already overwritten.
+  const Tensor* all[] = {&param, &grad, &exp_avg, &exp_avg_sq};
+  for (int i = 0; i < 4; ++i) {
+    for (int j = i + 1; j < 4; ++j) {
+      TF_CHECK(all[i]->storage() != all[j]->storage(),
+               "adamw_step: param, grad, exp_avg and exp_avg_sq must not share memory");
+    }
+  }
+}
+
+}  // namespace tinyformer
