@@ -18,7 +18,14 @@ if [[ ! -d /usr/share/games/fortunes ]]; then
 fi
 
 build=${TINYFORMER_BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
+# The CUDA backend takes minutes to compile and is of no use without a GPU: build it only where
+# the driver sees one (TINYFORMER_CUDA=ON or OFF decides otherwise).
+cuda=${TINYFORMER_CUDA:-}
+if [[ -z $cuda ]]; then
+  cuda=OFF
+  if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then cuda=AUTO; fi
+fi
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTINYFORMER_CUDA="$cuda"
 cmake --build "$build" -j "${JOBS:-$(nproc)}" --target hello_autograd train_mlm
 "$build/examples/hello_autograd"
 echo
