@@ -52,4 +52,19 @@ GemmOperand gemm_operand(const Shape& shape, const Shape& strides) {
   return op;
 }
 
+GemmInput gemm_input(const Tensor& t) {
+  GemmInput p{t, gemm_operand(t.shape(), t.strides()), t.data_ptr()};
+  if (!p.layout.copy) return p;
+  // A broadcast operand is one matrix: pack just that one.
+  const Tensor source =
+      p.layout.broadcast && t.size(0) > 1
+          ? raw::as_strided(t, {1, t.size(1), t.size(2)}, {0, t.stride(1), t.stride(2)}, t.offset())
+          : t;
+  Tensor packed = empty(source.shape(), {.dtype = t.dtype(), .device = t.device()});
+  raw::copy(source, packed);
+  p = {packed, gemm_operand(packed.shape(), packed.strides()), packed.data_ptr()};
+  TF_CHECK(!p.layout.copy, "matmul: internal error: a packed operand is not GEMM-readable");
+  return p;
+}
+
 }  // namespace tinyformer

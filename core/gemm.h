@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/shape.h"
+#include "core/tensor.h"
 
 namespace tinyformer {
 
@@ -23,5 +24,15 @@ struct GemmOperand {
 // overlap); sizes of 1 make a stride irrelevant. Batches must not overlap each other either
 // (oneDNN rejects such layouts), unless the batch stride is 0, which is a broadcast.
 GemmOperand gemm_operand(const Shape& shape, const Shape& strides);
+
+// A [batch, rows, cols] operand made ready for a GEMM: `t` itself when gemm_operand can read it,
+// else a packed contiguous copy on t's device (one matrix for a broadcast operand). `data`
+// points at batch 0; `storage` keeps the copy alive until the GEMM has read it.
+struct GemmInput {
+  Tensor storage;
+  GemmOperand layout;
+  const void* data = nullptr;
+};
+GemmInput gemm_input(const Tensor& t);
 
 }  // namespace tinyformer

@@ -57,32 +57,6 @@ namespace {
 // Largest M*N*K that a float32 product with a batch of one sends to cblas_sgemm (see above).
 constexpr std::int64_t kSmallGemm = 64 * 64 * 64;
 
-}  // namespace
-
-namespace {
-
-// One operand, packed if gemm_operand says so. `data` points at batch 0.
-struct Prepared {
-  Tensor storage;  // keeps a packed copy alive
-  GemmOperand layout;
-  const void* data = nullptr;
-};
-
-Prepared prepare(const Tensor& t) {
-  Prepared p{t, gemm_operand(t.shape(), t.strides()), t.data_ptr()};
-  if (!p.layout.copy) return p;
-  // A broadcast operand is one matrix: pack just that one.
-  const Tensor source =
-      p.layout.broadcast && t.size(0) > 1
-          ? raw::as_strided(t, {1, t.size(1), t.size(2)}, {0, t.stride(1), t.stride(2)}, t.offset())
-          : t;
-  Tensor packed = empty(source.shape(), {.dtype = t.dtype()});
-  raw::copy(source, packed);
-  p = {packed, gemm_operand(packed.shape(), packed.strides()), packed.data_ptr()};
-  TF_CHECK(!p.layout.copy, "matmul: internal error: a packed operand is not GEMM-readable");
-  return p;
-}
-
 int blas_int(std::int64_t v, const char* what) {
   TF_CHECK(v <= INT_MAX, "matmul: ", what, " ", v, " exceeds what BLAS can index (", INT_MAX, ")");
   return static_cast<int>(v);
@@ -100,7 +74,7 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const dou
 // out[i] = a[i] @ b[i] for i in [0, batch), one BLAS call each.
 // a: [batch, M, K], b: [batch, K, N], out: [batch, M, N] contiguous
 template <typename T>
-void matmul_blas(const Prepared& a, const Prepared& b, T* out, std::int64_t batch, std::int64_t m,
+void matmul_blas(const GemmInput& a, const GemmInput& b, T* out, std::int64_t batch, std::int64_t m,
                  std::int64_t k, std::int64_t n) {
   const int mi = blas_int(m, "M"), ni = blas_int(n, "N"), ki = blas_int(k, "K");
   const int lda = blas_int(a.layout.ld, "leading dimension"),
@@ -116,7 +90,7 @@ void matmul_blas(const Prepared& a, const Prepared& b, T* out, std::int64_t batc
 }
 
 // The oneDNN description of one operand: [batch or 1, rows, cols] with its own strides.
-void describe(const Prepared& p, std::int64_t batch, std::int64_t rows, std::int64_t cols,
+void describe(const GemmInput& p, std::int64_t batch, std::int64_t rows, std::int64_t cols,
               Shape& dims, Shape& strides) {
   const std::int64_t ld = p.layout.ld;
   // A broadcast operand is a batch of one, which oneDNN broadcasts itself (a batch stride of 0
@@ -137,7 +111,7 @@ dnnl::memory::desc matmul_desc(const Shape& dims, const Shape& strides, DType dt
 
 // a: [batch, M, K], b: [batch, K, N], out: [batch, M, N] contiguous; float32, or bfloat16 (with
 // float32 accumulation inside oneDNN) where bf16_matmul_native().
-void matmul_dnnl(const Prepared& a, const Prepared& b, const Tensor& out, std::int64_t batch,
+void matmul_dnnl(const GemmInput& a, const GemmInput& b, const Tensor& out, std::int64_t batch,
                  std::int64_t m, std::int64_t k, std::int64_t n) {
   Shape a_dims, a_strides, b_dims, b_strides;
   describe(a, batch, m, k, a_dims, a_strides);
@@ -212,7 +186,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     copy(product, out);
     return;
   }
-  const Prepared pa = prepare(a), pb = prepare(b);
+  const GemmInput pa = gemm_input(a), pb = gemm_input(b);
   // When both operands are broadcast every output matrix is the same: compute one, copy it.
   const std::int64_t runs = pa.layout.broadcast && pb.layout.broadcast ? 1 : batch;
   if (out.dtype() == DType::float64) {

@@ -27,28 +27,6 @@ namespace tinyformer::cuda {
 
 namespace {
 
-// One operand, packed if gemm_operand says no GEMM can read it. `data` points at batch 0.
-struct Prepared {
-  Tensor storage;  // keeps a packed copy alive until the GEMM is queued
-  GemmOperand layout;
-  const void* data = nullptr;
-};
-
-Prepared prepare(const Tensor& t) {
-  Prepared p{t, gemm_operand(t.shape(), t.strides()), t.data_ptr()};
-  if (!p.layout.copy) return p;
-  // A broadcast operand is one matrix: pack just that one.
-  const Tensor source =
-      p.layout.broadcast && t.size(0) > 1
-          ? raw::as_strided(t, {1, t.size(1), t.size(2)}, {0, t.stride(1), t.stride(2)}, t.offset())
-          : t;
-  Tensor packed = empty(source.shape(), {.dtype = t.dtype(), .device = t.device()});
-  raw::copy(source, packed);
-  p = {packed, gemm_operand(packed.shape(), packed.strides()), packed.data_ptr()};
-  TF_CHECK(!p.layout.copy, "matmul: internal error: a packed operand is not GEMM-readable");
-  return p;
-}
-
 int blas_int(std::int64_t v, const char* what) {
   TF_CHECK(v <= INT_MAX, "matmul: ", what, " ", v, " exceeds what cuBLAS can index (", INT_MAX,
            ")");
@@ -92,7 +70,7 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     TF_CUDA_CHECK("matmul", cudaMemsetAsync(out.data_ptr(), 0, matrix_bytes * batch, stream()));
     return;
   }
-  const Prepared pa = prepare(a), pb = prepare(b);
+  const GemmInput pa = gemm_input(a), pb = gemm_input(b);
   // When both operands are broadcast every output matrix is the same: compute one, copy it.
   const std::int64_t runs = pa.layout.broadcast && pb.layout.broadcast ? 1 : batch;
 
