@@ -27,7 +27,7 @@ class Backend {
   virtual void memcpy(void* dst, Device dst_device, const void* src, Device src_device,
                       std::size_t bytes) = 0;
 
-#define TF_OP(name, params) virtual void name params = 0;
+#define TF_OP(name, params, args) virtual void name params = 0;
 #include "core/ops.def"
 #undef TF_OP
 };

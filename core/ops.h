@@ -8,13 +8,13 @@
 namespace tinyformer {
 
 enum class Op : int {
-#define TF_OP(name, params) name,
+#define TF_OP(name, params, args) name,
 #include "core/ops.def"
 #undef TF_OP
 };
 
 inline constexpr std::array op_names = {
-#define TF_OP(name, params) #name,
+#define TF_OP(name, params, args) #name,
 #include "core/ops.def"
 #undef TF_OP
 };

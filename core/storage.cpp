@@ -4,6 +4,8 @@
 #include "core/backend.h"
 
 #include <atomic>
+
+#include "core/profiler.h"
 #include "core/random.h"
 
 namespace tinyformer {
@@ -18,6 +20,7 @@ Storage::~Storage() {
 }
 
 Backend& backend(Device device) {
+  if (detail::profiler_active()) return detail::profiled_backend(device);
   if (device.is_cpu()) return cpu_backend();
   return cuda_backend();
 }

@@ -45,7 +45,7 @@ struct Options {
   int reps = 5, warmup = 2, threads = 2;
   double rtol = 1e-4, rtol64 = 1e-10;
   std::uint64_t seed = 1234;
-  bool forward_only = false, check_only = false;
+  bool forward_only = false, check_only = false, profile = false;
   std::string json_path = "benchmark_libtorch.json";
 };
 
@@ -616,6 +616,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed);
   app.add_option("--json", o.json_path, "where to write the results");
   app.add_flag("--forward-only", o.forward_only, "time the forward pass only");
+  app.add_flag("--profile", o.profile,
+               "after the timings, tinyformer's forward+backward of each case once more under "
+               "tf::Profiler: time per op and between ops");
   app.add_flag("--check-only", o.check_only,
                "only the agreement checks, at n = 64, batch 2, k = 16 and 64 unless given; "
                "exits non-zero on disagreement");
@@ -656,6 +659,7 @@ int main(int argc, char** argv) {
     std::printf("\n");
 
     std::vector<Row> rows;
+    std::vector<std::string> profiles;
     if (!o.check_only) print_header();
     for (std::int64_t n : o.ns) {
       std::vector<std::int64_t> kinds = {0};
@@ -679,6 +683,13 @@ int main(int argc, char** argv) {
           print_row(r, o.forward_only);
           rows.push_back(std::move(r));
         }
+        if (o.profile) {
+          zero_ours(c);
+          const tf::Profiler profiler(/*by_shape=*/true);
+          train_ours(c);
+          profiles.push_back("tinyformer forward+backward, n=" + std::to_string(n) + ", " +
+                             c.label() + ":\n" + profiler.table());
+        }
         std::fflush(stdout);
         tf::empty_cache();  // the next case should not start with this one's cached blocks
       }
@@ -695,6 +706,7 @@ int main(int argc, char** argv) {
         "tinyformer, above 1: tinyformer is faster\n");
     print_header();
     for (const Row& r : rows) print_row(r, o.forward_only);
+    for (const std::string& p : profiles) std::printf("\n%s", p.c_str());
 
     nlohmann::json results = nlohmann::json::array();
     for (const Row& r : rows) results.push_back(to_json(r));

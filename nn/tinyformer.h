@@ -6,6 +6,7 @@
 #include "autograd/ops.h"
 #include "core/allocator.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 #include "core/random.h"
 #include "core/tensor.h"
 #include "nn/attention.h"

@@ -15,7 +15,7 @@ class CpuBackend final : public Backend {
   void memcpy(void* dst, Device dst_device, const void* src, Device src_device,
               std::size_t bytes) override;
 
-#define TF_OP(name, params) void name params override;
+#define TF_OP(name, params, args) void name params override;
 #include "core/ops.def"
 #undef TF_OP
 };

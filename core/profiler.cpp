@@ -1,0 +1,259 @@
+// Profiler: a Backend that forwards every op of core/ops.def to the real backend and times it.
+#include "core/profiler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <tuple>
+#include <type_traits>
+
+#include "core/backend.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/tensor.h"
+
+namespace tinyformer {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_active{false};
+std::atomic<bool> g_by_shape{false};
+std::mutex g_mutex;
+std::map<std::string, OpProfile>& rows() {
+  static std::map<std::string, OpProfile> table;
+  return table;
+}
+
+// What a call adds to its row besides its time: the kind within the op's family, the
+// floating-point work of the products, and the bytes of its tensor operands.
+struct Detail {
+  const char* kind = nullptr;
+  std::string shape;
+  double flops = 0;
+  double bytes = 0;
+};
+
+template <typename T>
+double operand_bytes(const T& arg) {
+  if constexpr (std::is_same_v<T, Tensor>) {
+    if (!arg.defined()) return 0;
+    return static_cast<double>(arg.numel()) * static_cast<double>(element_size(arg.dtype()));
+  } else {
+    return 0;
+  }
+}
+
+const char* pool_name(PoolKind kind) {
+  return kind == PoolKind::average ? "average" : "max";
+}
+const char* random_name(RandomKind kind) {
+  switch (kind) {
+    case RandomKind::normal:
+      return "normal";
+    case RandomKind::uniform:
+      return "uniform";
+    case RandomKind::bernoulli:
+      return "bernoulli";
+  }
+  return "?";
+}
+
+// "B x [M x K] @ [K x N]" with ^T on an operand stored column-major; "(bcast)" on one whose
+// batch stride is 0.
+std::string product_shape(const Tensor& a, const Tensor& b) {
+  const auto operand = [](const Tensor& t) {
+    std::string s = "[" + std::to_string(t.size(1)) + "x" + std::to_string(t.size(2)) + "]";
+    if (t.size(1) > 1 && t.size(2) > 1 && t.stride(1) == 1) s += "^T";
+    if (t.size(0) > 1 && t.stride(0) == 0) s += "(bcast)";
+    return s;
+  };
+  return std::to_string(std::max(a.size(0), b.size(0))) + "x" + operand(a) + operand(b);
+}
+
+template <Op op, typename... A>
+Detail detail_of(const A&... args) {
+  Detail d;
+  d.bytes = (0.0 + ... + operand_bytes(args));
+  const auto t = std::forward_as_tuple(args...);
+  if constexpr (op == Op::unary || op == Op::unary_backward) {
+    d.kind = unary_name(std::get<0>(t));
+  } else if constexpr (op == Op::binary) {
+    d.kind = binary_name(std::get<0>(t));
+  } else if constexpr (op == Op::reduce) {
+    d.kind = reduce_name(std::get<0>(t));
+  } else if constexpr (op == Op::pool1d || op == Op::pool1d_backward) {
+    d.kind = pool_name(std::get<0>(t));
+  } else if constexpr (op == Op::random) {
+    d.kind = random_name(std::get<1>(t));
+  } else if constexpr (op == Op::softmax) {
+    d.kind = std::get<1>(t) ? "log" : nullptr;
+  } else if constexpr (op == Op::matmul) {
+    // a: [B, M, K], out: [B, M, N]
+    const Tensor& a = std::get<0>(t);
+    const Tensor& out = std::get<2>(t);
+    d.flops = 2.0 * static_cast<double>(out.numel()) * static_cast<double>(a.size(2));
+    if (g_by_shape.load(std::memory_order_relaxed)) d.shape = product_shape(a, std::get<1>(t));
+  } else if constexpr (op == Op::conv1d) {
+    // weight: [Cout, Cin, K], out: [B, Cout, Lout]
+    const Tensor& weight = std::get<1>(t);
+    const Tensor& out = std::get<5>(t);
+    d.flops = 2.0 * static_cast<double>(out.numel()) *
+              static_cast<double>(weight.size(1) * weight.size(2));
+  }
+  return d;
+}
+
+void record(Op op, const Backend& inner, const Detail& d, double seconds) {
+  std::string name = op_name(op);
+  if (d.kind != nullptr) name += std::string(" ") + d.kind;
+  if (!d.shape.empty()) name += " " + d.shape;
+  const std::string key = std::string(inner.name()) + "/" + name;
+  const std::lock_guard lock(g_mutex);
+  OpProfile& row = rows()[key];
+  if (row.calls == 0) {
+    row.name = name;
+    row.device = inner.name();
+  }
+  row.calls += 1;
+  row.seconds += seconds;
+  row.flops += d.flops;
+  row.bytes += d.bytes;
+}
+
+class ProfilingBackend final : public Backend {
+ public:
+  explicit ProfilingBackend(Backend& inner) : inner_(inner) {}
+
+  const char* name() const override { return inner_.name(); }
+  std::string runtime_info() override { return inner_.runtime_info(); }
+  Allocator& allocator() override { return inner_.allocator(); }
+  void synchronize() override { inner_.synchronize(); }
+  void memcpy(void* dst, Device dst_device, const void* src, Device src_device,
+              std::size_t bytes) override {
+    inner_.memcpy(dst, dst_device, src, src_device, bytes);
+  }
+
+  // Each op: wait for queued work (a GPU runs asynchronously), run, wait for it, record.
+#define TF_OP(name, params, args)                                     \
+  void name params override {                                         \
+    inner_.synchronize();                                             \
+    const auto t0 = Clock::now();                                     \
+    inner_.name args;                                                 \
+    inner_.synchronize();                                             \
+    const std::chrono::duration<double> took = Clock::now() - t0;     \
+    record(Op::name, inner_, detail_of<Op::name> args, took.count()); \
+  }
+#include "core/ops.def"
+#undef TF_OP
+
+ private:
+  Backend& inner_;
+};
+
+std::string format_row(const char* fmt, auto... values) {
+  char buffer[256];
+  std::snprintf(buffer, sizeof buffer, fmt, values...);
+  return buffer;
+}
+
+}  // namespace
+
+namespace detail {
+
+bool profiler_active() {
+  return g_active.load(std::memory_order_relaxed);
+}
+
+Backend& profiled_backend(Device device) {
+  if (device.is_cpu()) {
+    static ProfilingBackend cpu(cpu_backend());
+    return cpu;
+  }
+  static ProfilingBackend cuda(cuda_backend());
+  return cuda;
+}
+
+}  // namespace detail
+
+Profiler::Profiler(bool by_shape) {
+  bool expected = false;
+  TF_CHECK(g_active.compare_exchange_strong(expected, true),
+           "Profiler: expected no other Profiler to be alive, but one is");
+  g_by_shape = by_shape;
+  reset();
+}
+
+Profiler::~Profiler() {
+  g_active = false;
+}
+
+void Profiler::reset() {
+  {
+    const std::lock_guard lock(g_mutex);
+    rows().clear();
+  }
+  start_ = Clock::now();
+}
+
+double Profiler::elapsed_seconds() const {
+  const std::chrono::duration<double> took = Clock::now() - start_;
+  return took.count();
+}
+
+std::vector<OpProfile> Profiler::ops() const {
+  std::vector<OpProfile> out;
+  {
+    const std::lock_guard lock(g_mutex);
+    for (const auto& [key, row] : rows()) out.push_back(row);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const OpProfile& a, const OpProfile& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+std::string Profiler::table(std::size_t max_rows) const {
+  const double wall = elapsed_seconds();
+  const std::vector<OpProfile> all = ops();
+  std::ostringstream os;
+  os << format_row("%-44s %-5s %6s %10s %7s %10s %s\n", "op", "dev", "calls", "total ms", "share",
+                   "ms/call", "rate");
+  double in_ops = 0;
+  OpProfile rest;
+  rest.name = "(other ops)";
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const OpProfile& r = all[i];
+    in_ops += r.seconds;
+    if (i >= max_rows) {
+      rest.calls += r.calls;
+      rest.seconds += r.seconds;
+      continue;
+    }
+    std::string rate;
+    if (r.seconds > 0 && r.flops > 0) {
+      rate = format_row("%.1f GFLOP/s", r.flops / r.seconds * 1e-9);
+    } else if (r.seconds > 0 && r.bytes > 0) {
+      rate = format_row("%.1f GB/s of operands", r.bytes / r.seconds * 1e-9);
+    }
+    os << format_row("%-44s %-5s %6lld %10.2f %6.1f%% %10.4f %s\n", r.name.c_str(),
+                     r.device.c_str(), static_cast<long long>(r.calls), r.seconds * 1e3,
+                     wall > 0 ? 100.0 * r.seconds / wall : 0.0,
+                     r.seconds * 1e3 / static_cast<double>(r.calls), rate.c_str());
+  }
+  if (rest.calls > 0) {
+    os << format_row("%-44s %-5s %6lld %10.2f %6.1f%%\n", rest.name.c_str(), "",
+                     static_cast<long long>(rest.calls), rest.seconds * 1e3,
+                     wall > 0 ? 100.0 * rest.seconds / wall : 0.0);
+  }
+  const double outside = std::max(0.0, wall - in_ops);
+  os << format_row("%-44s %-5s %6s %10.2f %6.1f%%\n", "(between ops: autograd, allocation)", "", "",
+                   outside * 1e3, wall > 0 ? 100.0 * outside / wall : 0.0);
+  os << format_row("%-44s %-5s %6s %10.2f\n", "(wall time)", "", "", wall * 1e3);
+  return os.str();
+}
+
+}  // namespace tinyformer

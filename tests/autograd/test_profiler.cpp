@@ -1,0 +1,77 @@
+// The op profiler: which primitive ops a forward and backward run, how often, their work.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "core/profiler.h"
+
+namespace tf = tinyformer;
+using tf::Tensor;
+
+namespace {
+
+const tf::OpProfile* find(const std::vector<tf::OpProfile>& rows, const std::string& name) {
+  const auto it = std::find_if(rows.begin(), rows.end(),
+                               [&](const tf::OpProfile& r) { return r.name == name; });
+  return it == rows.end() ? nullptr : &*it;
+}
+
+}  // namespace
+
+TEST_CASE("Profiler counts the ops of a forward and backward, with the products' work") {
+  Tensor a = tf::randn({3, 5, 7}, {tf::DType::float64});
+  Tensor b = tf::randn({7, 4}, {tf::DType::float64});
+  a.requires_grad_(true);
+  b.requires_grad_(true);
+  tf::Profiler profiler;
+  Tensor y = tf::relu(tf::matmul(a, b));
+  tf::sum(y).backward();
+  const auto rows = profiler.ops();
+
+  // Forward a @ b, then backward grad @ b^T and a^T @ grad: three products of 3*5*7*4
+  // multiply-adds each.
+  const tf::OpProfile* mm = find(rows, "matmul");
+  REQUIRE(mm != nullptr);
+  CHECK(mm->calls == 3);
+  CHECK(mm->device == "cpu");
+  CHECK(mm->flops == doctest::Approx(3 * 2.0 * 3 * 5 * 7 * 4));
+  CHECK(mm->seconds >= 0);
+  const tf::OpProfile* relu = find(rows, "unary relu");
+  REQUIRE(relu != nullptr);
+  CHECK(relu->calls == 1);
+  CHECK(relu->bytes == doctest::Approx(2 * 3 * 5 * 4 * 8));  // input and output, float64
+  CHECK(find(rows, "unary_backward relu") != nullptr);
+  // Rows come longest first, and the table names every row and the time between ops.
+  for (std::size_t i = 1; i < rows.size(); ++i) CHECK(rows[i - 1].seconds >= rows[i].seconds);
+  const std::string table = profiler.table();
+  CHECK(table.find("unary relu") != std::string::npos);
+  CHECK(table.find("GFLOP/s") != std::string::npos);
+  CHECK(table.find("between ops") != std::string::npos);
+
+  profiler.reset();
+  CHECK(profiler.ops().empty());
+}
+
+TEST_CASE("Profiler by shape keys each product by its shape and transposed operands") {
+  const Tensor a = tf::randn({6, 3});
+  const Tensor b = tf::randn({6, 2});
+  tf::Profiler profiler(/*by_shape=*/true);
+  tf::matmul(tf::transpose(a, 0, 1), b);  // [3x6] read column-major, times [6x2]
+  const auto rows = profiler.ops();
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].name == "matmul 1x[3x6]^T[6x2]");
+  CHECK(rows[0].flops == doctest::Approx(2.0 * 3 * 6 * 2));
+}
+
+TEST_CASE("Profiler: only one at a time, and nothing is recorded without one") {
+  {
+    tf::Profiler profiler;
+    CHECK_THROWS_WITH_AS(tf::Profiler(), doctest::Contains("no other Profiler"), tf::Error);
+  }
+  tf::matmul(tf::randn({2, 2}), tf::randn({2, 2}));  // no profiler alive: nothing to record
+  tf::Profiler again;                                // the first one's end freed the slot
+  CHECK(again.ops().empty());
+}
