@@ -43,9 +43,11 @@ Backend& backend(Device device);
 std::string runtime_info(Device device = Device::cpu());
 
 // How float32 matrix products and convolutions may round their inputs where a device has
-// reduced-precision units (the GPU's tensor cores): not at all (the default), to TF32, or to
-// bfloat16, accumulating in float32 either way. The CPU backend always computes float32 exactly;
-// products of bfloat16 tensors are bfloat16 products whatever this says.
+// reduced-precision units: not at all (the default), to TF32, or to bfloat16, accumulating in
+// float32 either way. The GPU uses its tensor cores for both. The CPU rounds matrix products'
+// operands to bfloat16 under bf16 where oneDNN has bfloat16 kernels for it (AVX-512 BF16, AMX;
+// runtime_info says), and otherwise computes float32 exactly. Products of bfloat16 tensors are
+// bfloat16 products whatever this says.
 enum class MatmulPrecision { exact, tf32, bf16 };
 void set_matmul_precision(MatmulPrecision precision);
 MatmulPrecision matmul_precision();

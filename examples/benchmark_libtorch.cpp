@@ -45,7 +45,8 @@ struct Options {
   int reps = 5, warmup = 2, threads = 2;
   double rtol = 1e-4, rtol64 = 1e-10;
   std::uint64_t seed = 1234;
-  bool forward_only = false, check_only = false, profile = false;
+  bool forward_only = false, check_only = false, profile = false, bf16 = false;
+  double rtol_bf16 = 2e-2;
   std::string json_path = "benchmark_libtorch.json";
 };
 
@@ -374,17 +375,20 @@ std::vector<Agreement> check(Case& c, double rtol) {
   const torch::Tensor y_hand = train_hand(c);
   out.push_back(agree("by hand", y, y_hand, c.x, c.x_bnd.grad(), c.hand_ties));
   const bool f64 = c.dtype == tf::DType::float64;
+  const char* precision = f64                                                   ? "float64"
+                          : tf::matmul_precision() == tf::MatmulPrecision::bf16 ? "f32/bf16"
+                                                                                : "float32";
   for (const Agreement& a : out) {
     const double held = f64 ? a.worst() : a.output;
     std::printf(
-        "check n=%-5lld %-15s %-7s batch %lld, tinyformer vs torch %-10s output %.1e, "
+        "check n=%-5lld %-15s %-8s batch %lld, tinyformer vs torch %-10s output %.1e, "
         "input grad %.1e, parameter grads %.1e (%s)%s: %s\n",
-        static_cast<long long>(c.n), c.label().c_str(), f64 ? "float64" : "float32",
+        static_cast<long long>(c.n), c.label().c_str(), precision,
         static_cast<long long>(c.x.size(0)), a.torch_impl.c_str(), a.output, a.input_grad,
         a.param_grad, a.worst_param.c_str(), f64 ? "" : " [gradients not held in float32]",
         held <= rtol ? "agree" : "DISAGREE");
-    TF_CHECK(held <= rtol, "benchmark_libtorch: at n=", c.n, ", ", c.label(), ", ",
-             f64 ? "float64" : "float32", ", tinyformer and libtorch (", a.torch_impl,
+    TF_CHECK(held <= rtol, "benchmark_libtorch: at n=", c.n, ", ", c.label(), ", ", precision,
+             ", tinyformer and libtorch (", a.torch_impl,
              ") disagree: largest difference relative to the largest value: output ", a.output,
              f64 ? ", input gradient " : "", f64 ? std::to_string(a.input_grad) : "",
              f64 ? ", parameter gradients " : "", f64 ? std::to_string(a.param_grad) : "",
@@ -616,6 +620,11 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed);
   app.add_option("--json", o.json_path, "where to write the results");
   app.add_flag("--forward-only", o.forward_only, "time the forward pass only");
+  app.add_flag("--bf16", o.bf16,
+               "time tinyformer with its float32 products' operands rounded to bfloat16 "
+               "(set_matmul_precision), where the CPU has bfloat16 instructions; libtorch stays "
+               "float32. The outputs are checked against --rtol-bf16");
+  app.add_option("--rtol-bf16", o.rtol_bf16, "output agreement required with --bf16");
   app.add_flag("--profile", o.profile,
                "after the timings, tinyformer's forward+backward of each case once more under "
                "tf::Profiler: time per op and between ops");
@@ -649,6 +658,12 @@ int main(int argc, char** argv) {
         "batch %lld, float32, %d threads\n",
         static_cast<long long>(o.d_model), static_cast<long long>(o.heads),
         static_cast<long long>(o.d_ff), static_cast<long long>(o.batch), o.threads);
+    if (o.bf16) {
+      tf::set_matmul_precision(tf::MatmulPrecision::bf16);
+      std::printf("--bf16: tinyformer runs under set_matmul_precision(bf16):\n%s\n",
+                  tf::runtime_info().c_str());
+      tf::set_matmul_precision(tf::MatmulPrecision::exact);
+    }
     if (!o.check_only) {
       std::printf(
           "timing: %d warm-up runs, then the median of %d; the frameworks take turns. "
@@ -677,8 +692,15 @@ int main(int argc, char** argv) {
         }
         tf::empty_cache();
         Case c = make_case(o, n, k, o.batch, tf::DType::float32);
-        const std::vector<Agreement> agreements = check(c, o.rtol);
-        if (o.check_only) continue;
+        std::vector<Agreement> agreements = check(c, o.rtol);
+        if (o.bf16) {
+          tf::set_matmul_precision(tf::MatmulPrecision::bf16);
+          agreements = check(c, o.rtol_bf16);
+        }
+        if (o.check_only) {
+          tf::set_matmul_precision(tf::MatmulPrecision::exact);
+          continue;
+        }
         for (Row& r : measure(c, agreements, agreements64, o)) {
           print_row(r, o.forward_only);
           rows.push_back(std::move(r));
@@ -690,6 +712,7 @@ int main(int argc, char** argv) {
           profiles.push_back("tinyformer forward+backward, n=" + std::to_string(n) + ", " +
                              c.label() + ":\n" + profiler.table());
         }
+        tf::set_matmul_precision(tf::MatmulPrecision::exact);
         std::fflush(stdout);
         tf::empty_cache();  // the next case should not start with this one's cached blocks
       }
@@ -721,7 +744,8 @@ int main(int argc, char** argv) {
                                                    {"forward_only", o.forward_only},
                                                    {"activation", "relu"},
                                                    {"norm", "post"},
-                                                   {"dtype", "float32"}}},
+                                                   {"dtype", "float32"},
+                                                   {"tinyformer_bf16_products", o.bf16}}},
                                                  {"environment", environment},
                                                  {"results", results}}
                                       .dump(2)

@@ -23,9 +23,11 @@
 //           either way by 5-15% from run to run, and on AVX-512 oneDNN is ahead everywhere.
 //     oneDNN ignores OPENBLAS_CORETYPE, so float32 speed does not depend on the environment.
 //   float32 with a transposed (column-major) first operand, the shape of every weight gradient
-//     (dW = g^T x) and of attention's dV = P^T dO and dK = dS^T Q: cblas_sgemm per batch element.
-//     oneDNN 2.6 reads such an operand at half its speed; OpenBLAS does not care. Quiet AVX2,
-//     2 threads, one process, medians: [1024x4096]^T [4096x256]: oneDNN 27.3 ms (79 GFLOP/s),
+//     (dW = g^T x) and of attention's dV = P^T dO and dK = dS^T Q: cblas_sgemm per batch element,
+//     where OpenBLAS's kernels are as wide as oneDNN's (blas_as_wide_as_dnnl: not on an AVX-512
+//     CPU with OPENBLAS_CORETYPE=Haswell, where oneDNN reads the operand as it lies instead).
+//     oneDNN 2.6 reads such an operand at half its speed on AVX2; OpenBLAS does not care. Quiet
+//     AVX2, 2 threads, one process, medians: [1024x4096]^T [4096x256]: oneDNN 27.3 ms (79 GFLOP/s),
 //     cblas 12.4 (174), and oneDNN 12.6 with the operand not transposed; [1024x1024]^T
 //     [1024x64]: oneDNN 1.68 ms, cblas 0.92, oneDNN 0.76 not transposed.
 //     Except when that operand is tall and the other narrow (M >= 8 N: attention's dV = P^T dO
@@ -42,6 +44,13 @@
 //     on the float32 path and the result rounded to bfloat16, the same numbers up to the order of
 //     the sums. Measured on AVX2 Zen, 2 threads, the conversions cost 5-15% against float32 in
 //     the same run: 256^3 78 GFLOP/s (float32 91), 1024^3 41.6 (float32 44.8, a busy machine).
+//   float32 under set_matmul_precision(MatmulPrecision::bf16), above the small-product size,
+//     where bf16_matmul_fast() (bfloat16 instructions, not only kernels): both operands rounded to
+//     bfloat16, one oneDNN bfloat16 product with float32 accumulation and a float32 result
+//     (matmul_bf16_operands); the rounding costs M K + K N conversions against M N K multiply-adds.
+//     Elsewhere (AVX2; AVX-512 without BF16, where oneDNN's bfloat16 kernels emulate and are slower
+//     than float32) the setting changes nothing: the product is exact float32, as MatmulPrecision
+//     allows.
 //
 // Products under 2^18 multiply-adds run oneDNN on the calling thread only (dnnl_threads).
 #include "backends/cpu/matmul.h"
@@ -49,8 +58,11 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
@@ -119,19 +131,22 @@ dnnl::memory::desc matmul_desc(const Shape& dims, const Shape& strides, DType dt
 }
 
 // a: [batch, M, K], b: [batch, K, N], out: [batch, M, N] contiguous; float32, or bfloat16 (with
-// float32 accumulation inside oneDNN) where bf16_matmul_native().
+// float32 accumulation inside oneDNN) where bf16_matmul_native(). The operands are of `dtype`
+// (the output's unless given: bfloat16 operands may make a float32 output).
 void matmul_dnnl(const GemmInput& a, const GemmInput& b, const Tensor& out, std::int64_t batch,
-                 std::int64_t m, std::int64_t k, std::int64_t n) {
+                 std::int64_t m, std::int64_t k, std::int64_t n,
+                 std::optional<DType> operand_dtype = std::nullopt) {
   Shape a_dims, a_strides, b_dims, b_strides;
   describe(a, batch, m, k, a_dims, a_strides);
   describe(b, batch, k, n, b_dims, b_strides);
   const Shape c_dims = {batch, m, n}, c_strides = {m * n, n, 1};
   const DType dtype = out.dtype();
+  const DType in_dtype = operand_dtype.value_or(dtype);
   PrimitiveKey key("matmul");
-  key.add(static_cast<std::int64_t>(dtype));
+  key.add(static_cast<std::int64_t>(dtype)).add(static_cast<std::int64_t>(in_dtype));
   key.add(a_dims).add(a_strides).add(b_dims).add(b_strides).add(c_dims);
-  const auto a_desc = matmul_desc(a_dims, a_strides, dtype);
-  const auto b_desc = matmul_desc(b_dims, b_strides, dtype);
+  const auto a_desc = matmul_desc(a_dims, a_strides, in_dtype);
+  const auto b_desc = matmul_desc(b_dims, b_strides, in_dtype);
   const auto c_desc = matmul_desc(c_dims, c_strides, dtype);
   const CachedPrimitive p = cached_primitive(
       key,
@@ -149,15 +164,15 @@ void matmul_dnnl(const GemmInput& a, const GemmInput& b, const Tensor& out, std:
                "matmul", batch * m * n * k);
 }
 
-// `t` ([B, rows, cols]) as a float32 tensor of the same shape; a broadcast operand converts its
+// `t` ([B, rows, cols]) converted to `dtype`, of the same shape; a broadcast operand converts its
 // one matrix and stays a stride-0 view.
-Tensor to_float32(const Tensor& t) {
+Tensor converted(const Tensor& t, DType dtype) {
   const bool broadcast = t.size(0) > 1 && t.stride(0) == 0;
   const Tensor one = broadcast ? raw::as_strided(t, {1, t.size(1), t.size(2)},
                                                  {0, t.stride(1), t.stride(2)}, t.offset())
                                : t;
-  const Tensor converted = raw::to_dtype(one, DType::float32);
-  return broadcast ? raw::expand(converted, t.shape(), "matmul") : converted;
+  const Tensor result = raw::to_dtype(one, dtype);
+  return broadcast ? raw::expand(result, t.shape(), "matmul") : result;
 }
 
 // out = a b for a read column-major with M >= kTransposeRatio N: out^T = b^T a^T, where a^T is
@@ -174,6 +189,36 @@ void matmul_as_transposed(const Tensor& a, const Tensor& b, const Tensor& out) {
   const Tensor product = empty({batch, n, m});      // out^T
   matmul_dnnl(gemm_input(bt), gemm_input(at), product, batch, n, k, m);
   raw::copy(swap_last(product), out);
+}
+
+// True when OpenBLAS's float32 kernels are as wide as oneDNN's on this CPU. False on an AVX-512
+// CPU whose OpenBLAS runs AVX2 kernels (OPENBLAS_CORETYPE=Haswell, or a build that does not
+// know the CPU): there the cblas routes of the dispatch policy would run at half speed.
+bool blas_as_wide_as_dnnl() {
+  static const bool wide = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    const bool dnnl_avx512 =
+        isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
+        isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+    if (!dnnl_avx512) return true;
+    std::string core = openblas_get_corename();
+    std::transform(core.begin(), core.end(), core.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    for (const char* avx512_core : {"skylakex", "cooperlake", "sapphirerapids"}) {
+      if (core.find(avx512_core) != std::string::npos) return true;
+    }
+    return false;
+  }();
+  return wide;
+}
+
+// float32 operands under MatmulPrecision::bf16 on a CPU with bfloat16 instructions: the operands
+// are rounded to bfloat16 (to nearest even, once each) and multiplied with float32 accumulation
+// into the float32 out.
+void matmul_bf16_operands(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  const Tensor a16 = converted(a, DType::bfloat16), b16 = converted(b, DType::bfloat16);
+  matmul_dnnl(gemm_input(a16), gemm_input(b16), out, batch, m, k, n, DType::bfloat16);
 }
 
 }  // namespace
@@ -194,6 +239,15 @@ bool bf16_matmul_native() {
   return native;
 }
 
+bool bf16_matmul_fast() {
+  static const bool fast = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return bf16_matmul_native() &&
+           (isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx);
+  }();
+  return fast;
+}
+
 // a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N].
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_matmul_args(a, b, out, DeviceType::cpu);
@@ -207,8 +261,13 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (out.dtype() == DType::bfloat16 && !bf16_matmul_native()) {
     // float32 products of the exactly converted operands, rounded once at the end.
     const Tensor product = empty(out.shape());
-    matmul(to_float32(a), to_float32(b), product);
+    matmul(converted(a, DType::float32), converted(b, DType::float32), product);
     copy(product, out);
+    return;
+  }
+  if (out.dtype() == DType::float32 && matmul_precision() == MatmulPrecision::bf16 &&
+      bf16_matmul_fast() && m * n * k > kSmallGemm) {
+    matmul_bf16_operands(a, b, out);
     return;
   }
   const GemmInput pa = gemm_input(a), pb = gemm_input(b);
@@ -223,7 +282,8 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     // A^T B with a tall A^T and a narrow B (attention's dV = P^T dO, dK = dS^T Q): as
     // (B^T A)^T on oneDNN, copying only the narrow operand and result (see above).
     matmul_as_transposed(a, b, out);
-  } else if (out.dtype() == DType::float32 && pa.layout.transposed && m > 1) {
+  } else if (out.dtype() == DType::float32 && pa.layout.transposed && m > 1 &&
+             blas_as_wide_as_dnnl()) {
     // A column-major first operand (the gradients dW = g^T x and dV = P^T dO): oneDNN 2.6 runs
     // these at half its speed, OpenBLAS at full speed (see the dispatch policy above).
     matmul_blas(pa, pb, out.data<float>(), runs, m, k, n);

@@ -16,5 +16,8 @@ using tinyformer::GemmOperand;
 // accumulation); false where it has none (oneDNN 2.x before AVX-512), and bfloat16 products
 // run on the float32 path between two conversions.
 bool bf16_matmul_native();
+// True when those kernels run on bfloat16 instructions (AVX-512 BF16, AMX), faster than float32:
+// then float32 products round their operands to bfloat16 under MatmulPrecision::bf16.
+bool bf16_matmul_fast();
 
 }  // namespace tinyformer::cpu

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/matmul.h"
 
 namespace tinyformer::cpu {
 
@@ -71,7 +72,15 @@ std::string runtime_info() {
     << isa_name(dnnl::get_effective_cpu_isa()) << ", "
     << (v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other") << " runtime\n"
     << "OpenMP: " << omp_get_max_threads() << " threads (of " << omp_get_num_procs()
-    << " processors)";
+    << " processors)\n"
+    << "bfloat16 products: "
+    << (bf16_matmul_fast()     ? "oneDNN bfloat16 kernels"
+        : bf16_matmul_native() ? "oneDNN bfloat16 kernels, emulated (no BF16 instructions)"
+                               : "no oneDNN kernel on this CPU (float32)")
+    << "; float32 products: "
+    << (matmul_precision() == MatmulPrecision::bf16 && bf16_matmul_fast()
+            ? "operands rounded to bfloat16 (set_matmul_precision)"
+            : "exact");
   return s.str();
 }
 

@@ -224,3 +224,57 @@ TEST_CASE("bfloat16: matmul against a float64 reference") {
                              empty({1, 2, 2}, {.dtype = kBFloat16})),
                   Error);
 }
+
+TEST_CASE(
+    "float32 matmul under MatmulPrecision::bf16: operands rounded where the CPU has the instructions") {
+  Backend& cpu = backend(Device::cpu());
+  const bool native = cpu::bf16_matmul_fast();
+  MESSAGE("float32 products under bf16 precision are "
+          << (native ? "bfloat16 products" : "exact (no bfloat16 kernel on this CPU)"));
+  // Above the small-product size, with a transposed and a broadcast operand as well.
+  const std::int64_t batch = 3, m = 70, k = 150, n = 40;
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> av(static_cast<std::size_t>(m * k)),
+      bv(static_cast<std::size_t>(batch * n * k));
+  for (float& v : av) v = dist(gen);  // not representable in bfloat16, as a rule
+  for (float& v : bv) v = dist(gen);
+  const Tensor a = raw::expand(from<float>(av, {1, m, k}), {batch, m, k}, "test");
+  const Tensor b = from<float>(bv, {batch, n, k}).transpose(1, 2);  // [batch, k, n] column-major
+  const auto run = [&](MatmulPrecision precision) {
+    set_matmul_precision(precision);
+    Tensor out = empty({batch, m, n});
+    cpu.matmul(a, b, out);
+    set_matmul_precision(MatmulPrecision::exact);
+    return out.to_vector<float>();
+  };
+  const std::vector<float> exact = run(MatmulPrecision::exact);
+  const std::vector<float> reduced = run(MatmulPrecision::bf16);
+  double largest_change = 0;
+  for (std::int64_t i = 0; i < batch; ++i) {
+    for (std::int64_t r = 0; r < m; ++r) {
+      for (std::int64_t col = 0; col < n; ++col) {
+        double ref = 0, ref16 = 0, mag = 0;
+        for (std::int64_t j = 0; j < k; ++j) {
+          const float x = av[static_cast<std::size_t>(r * k + j)];
+          const float y = bv[static_cast<std::size_t>((i * n + col) * k + j)];
+          ref += double(x) * double(y);
+          ref16 += double(as_float(bfloat16(x))) * double(as_float(bfloat16(y)));
+          mag += std::abs(double(x) * double(y));
+        }
+        const auto idx = static_cast<std::size_t>((i * m + r) * n + col);
+        CHECK(std::abs(exact[idx] - ref) <= 1e-5 * mag);
+        // With kernels: the product of the rounded operands, accumulated in float32.
+        CHECK(std::abs(reduced[idx] - (native ? ref16 : ref)) <= 1e-5 * mag);
+        largest_change = std::max(largest_change, std::abs(double(reduced[idx]) - exact[idx]));
+      }
+    }
+  }
+  // Rounding 150-term sums' operands to 8 bits moves some results by far more than float32's
+  // rounding; without kernels nothing moves.
+  if (native) {
+    CHECK(largest_change > 1e-3);
+  } else {
+    CHECK(largest_change == 0);
+  }
+}
