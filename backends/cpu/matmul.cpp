@@ -30,13 +30,10 @@
 //     AVX2, 2 threads, one process, medians: [1024x4096]^T [4096x256]: oneDNN 27.3 ms (79 GFLOP/s),
 //     cblas 12.4 (174), and oneDNN 12.6 with the operand not transposed; [1024x1024]^T
 //     [1024x64]: oneDNN 1.68 ms, cblas 0.92, oneDNN 0.76 not transposed.
-//     Except when that operand is tall and the other narrow (M >= 8 N: attention's dV = P^T dO
-//     and dK = dS^T Q, N = head size): then out^T = B^T A runs on oneDNN with A read row-major
-//     as it lies, after copying B^T ([N, K]), and its [N, M] result is transposed into out.
-//     Quiet AVX2, 2 threads, medians: 16 x [4096x4096]^T[4096x64]: cblas loop 273 ms (126
-//     GFLOP/s), this 238 (144), oneDNN with A transposed 454; 16 x [1024x1024]^T[1024x64]: 17.2,
-//     15.9, 27.2 ms; but 16 x [4096x128]^T[4096x64] (M = 2N): 9.3, 11.8, 14.5 ms, and the weight
-//     gradients [16384x1024]^T[16384x256] (M = 4N): 49.6, 61.1, 110 ms.
+//     Computing a tall A^T times a narrow B as (B^T A)^T on oneDNN instead (copying B^T and the
+//     result) looked faster in a standalone program (16 x [4096x4096]^T[4096x64]: 238 ms
+//     against 273) but was slower inside the framework, alternating in one process (16 x
+//     [1024x1024]^T[1024x64]: 27.9 against 25.1 ms; 2048: 121 against 102), so it is not used.
 //   float64: cblas_dgemm per batch element (oneDNN has no f64 matmul); gradient checks use it.
 //   bfloat16: one oneDNN matmul with bfloat16 operands, float32 accumulation and a bfloat16
 //     result, where oneDNN has a bfloat16 kernel for the CPU (2.x: AVX-512 and up; see
@@ -75,8 +72,6 @@ namespace {
 
 // Largest M*N*K that a float32 product with a batch of one sends to cblas_sgemm (see above).
 constexpr std::int64_t kSmallGemm = 64 * 64 * 64;
-// A^T B with M at least this many times N runs as (B^T A)^T (see above).
-constexpr std::int64_t kTransposeRatio = 8;
 
 int blas_int(std::int64_t v, const char* what) {
   TF_CHECK(v <= INT_MAX, "matmul: ", what, " ", v, " exceeds what BLAS can index (", INT_MAX, ")");
@@ -175,22 +170,6 @@ Tensor converted(const Tensor& t, DType dtype) {
   return broadcast ? raw::expand(result, t.shape(), "matmul") : result;
 }
 
-// out = a b for a read column-major with M >= kTransposeRatio N: out^T = b^T a^T, where a^T is
-// a row-major [K, M] view of a (no copy) and b^T a [N, K] copy of b; the [N, M] result is
-// transposed into out. Copies N (K + M) elements against 2 M N K flops.
-void matmul_as_transposed(const Tensor& a, const Tensor& b, const Tensor& out) {
-  const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
-  const auto swap_last = [](const Tensor& t) {
-    return raw::as_strided(t, {t.size(0), t.size(2), t.size(1)},
-                           {t.stride(0), t.stride(2), t.stride(1)}, t.offset());
-  };
-  const Tensor bt = raw::contiguous(swap_last(b));  // [B, N, K]
-  const Tensor at = swap_last(a);                   // [B, K, M], row-major
-  const Tensor product = empty({batch, n, m});      // out^T
-  matmul_dnnl(gemm_input(bt), gemm_input(at), product, batch, n, k, m);
-  raw::copy(swap_last(product), out);
-}
-
 // True when OpenBLAS's float32 kernels are as wide as oneDNN's on this CPU. False on an AVX-512
 // CPU whose OpenBLAS runs AVX2 kernels (OPENBLAS_CORETYPE=Haswell, or a build that does not
 // know the CPU): there the cblas routes of the dispatch policy would run at half speed.
@@ -277,11 +256,6 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     matmul_blas(pa, pb, out.data<double>(), runs, m, k, n);
   } else if (out.dtype() == DType::float32 && runs == 1 && m * n * k <= kSmallGemm) {
     matmul_blas(pa, pb, out.data<float>(), 1, m, k, n);
-  } else if (out.dtype() == DType::float32 && pa.layout.transposed && m > 1 &&
-             m >= kTransposeRatio * n && runs == batch) {
-    // A^T B with a tall A^T and a narrow B (attention's dV = P^T dO, dK = dS^T Q): as
-    // (B^T A)^T on oneDNN, copying only the narrow operand and result (see above).
-    matmul_as_transposed(a, b, out);
   } else if (out.dtype() == DType::float32 && pa.layout.transposed && m > 1 &&
              blas_as_wide_as_dnnl()) {
     // A column-major first operand (the gradients dW = g^T x and dV = P^T dO): oneDNN 2.6 runs

@@ -164,7 +164,7 @@ TEST_CASE("matmul: every layout of a and b, odd sizes, float32 and float64") {
     std::int64_t b, m, k, n;
   };
   // The first sizes go to cblas_sgemm in float32 (a batch of one, small); the others to oneDNN,
-  // or with a transposed a to a cblas loop, and the last two (M >= 8 N) then to (B^T A)^T.
+  // or with a transposed a to a cblas loop; the last two have a tall a and a narrow b.
   const Size sizes[] = {{1, 1, 1, 1},  {1, 3, 17, 5},  {3, 17, 65, 3},  {2, 65, 17, 66},
                         {2, 1, 3, 65}, {2, 70, 33, 8}, {1, 300, 70, 16}};
   for (DType dtype : {DType::float32, DType::float64}) {
