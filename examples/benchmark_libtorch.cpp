@@ -443,12 +443,48 @@ struct Row {
   std::string layer, torch_impl;
   Timing torch_train, torch_forward, ours_train, ours_forward;
   Agreement agreement, agreement64;
+  double product_flops =
+      0;                  // tinyformer's matrix products in one timed call (the profiler's count)
+  double peak_flops = 0;  // the reference product's rate (measure_peak)
+  // libtorch's time over the time the products alone would take at peak_flops: what no
+  // implementation whose products run at that rate can exceed.
+  double ceiling() const {
+    const double ms = torch_train.median > 0 ? torch_train.median : torch_forward.median;
+    return peak_flops > 0 && product_flops > 0 ? ms / (product_flops / peak_flops * 1e3) : 0;
+  }
 };
+
+// The best rate of a float32 [2048 x 2048] x [2048 x 2048] product through tinyformer (under the
+// current matmul precision), in FLOP/s.
+double measure_peak() {
+  tf::NoGradGuard no_grad;
+  const tf::Tensor a = tf::randn({2048, 2048}), b = tf::randn({2048, 2048});
+  tf::Tensor c = tf::matmul(a, b);
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const double start = now_ms();
+    c = tf::matmul(a, b);
+    best = std::min(best, now_ms() - start);
+  }
+  return 2.0 * 2048.0 * 2048.0 * 2048.0 / (best * 1e-3);
+}
+
+// The floating-point work of tinyformer's matrix products in `run`, counted by the profiler.
+double product_flops(const std::function<void()>& run) {
+  const tf::Profiler profiler;
+  run();
+  double flops = 0;
+  for (const tf::OpProfile& op : profiler.ops()) {
+    if (op.name.rfind("matmul", 0) == 0) flops += op.flops;
+  }
+  return flops;
+}
 
 // Times forward (inference: no graph, in both) and forward+backward (the input requires grad in
 // both, as a layer inside a stack does) of every framework of the case.
 std::vector<Row> measure(Case& c, const std::vector<Agreement>& agreements,
-                         const std::vector<Agreement>& agreements64, const Options& o) {
+                         const std::vector<Agreement>& agreements64, const Options& o,
+                         double peak_flops) {
   const auto nothing = [] {};
   std::vector<std::string> impls = {"tinyformer"};
   std::vector<Job> train = {{[&] { zero_ours(c); }, [&] { train_ours(c); }}};
@@ -475,10 +511,13 @@ std::vector<Row> measure(Case& c, const std::vector<Agreement>& agreements,
   if (!o.forward_only) t_train = time_interleaved(train, o.warmup, o.reps);
   t_forward = time_interleaved(forward, o.warmup, o.reps);
 
+  const Job& timed = o.forward_only ? forward[0] : train[0];
+  timed.setup();
+  const double flops = product_flops(timed.run);
   std::vector<Row> rows;
   for (std::size_t i = 1; i < impls.size(); ++i) {
     rows.push_back({c.n, c.k, c.label(), impls[i], t_train[i], t_forward[i], t_train[0],
-                    t_forward[0], agreements[i - 1], agreements64[i - 1]});
+                    t_forward[0], agreements[i - 1], agreements64[i - 1], flops, peak_flops});
   }
   return rows;
 }
@@ -551,20 +590,21 @@ std::string pair(double train, double forward, bool forward_only) {
 }
 
 void print_header() {
-  std::printf("%-6s %-15s %-10s | %-20s | %-20s | %-13s | %s\n", "n", "layer", "torch", "torch ms",
-              "tinyformer ms", "ratio", "ratio (fastest runs)");
+  std::printf("%-6s %-15s %-10s | %-20s | %-20s | %-13s | %-20s | %s\n", "n", "layer", "torch",
+              "torch ms", "tinyformer ms", "ratio", "ratio (fastest runs)", "ceiling");
 }
 
 void print_row(const Row& r, bool forward_only) {
   const double train_ratio = forward_only ? 0 : r.torch_train.median / r.ours_train.median;
   const double fastest_train_ratio = forward_only ? 0 : r.torch_train.min / r.ours_train.min;
   std::printf(
-      "%-6lld %-15s %-10s | %-20s | %-20s | %-13s | %s\n", static_cast<long long>(r.n),
+      "%-6lld %-15s %-10s | %-20s | %-20s | %-13s | %-20s | %.2f\n", static_cast<long long>(r.n),
       r.layer.c_str(), r.torch_impl.c_str(),
       pair(r.torch_train.median, r.torch_forward.median, forward_only).c_str(),
       pair(r.ours_train.median, r.ours_forward.median, forward_only).c_str(),
       pair(train_ratio, r.torch_forward.median / r.ours_forward.median, forward_only).c_str(),
-      pair(fastest_train_ratio, r.torch_forward.min / r.ours_forward.min, forward_only).c_str());
+      pair(fastest_train_ratio, r.torch_forward.min / r.ours_forward.min, forward_only).c_str(),
+      r.ceiling());
 }
 
 nlohmann::json agreement_json(const Agreement& a) {
@@ -593,6 +633,8 @@ nlohmann::json to_json(const Row& r) {
                               ? nlohmann::json(r.torch_train.median / r.ours_train.median)
                               : nlohmann::json(nullptr)},
           {"ratio_forward", r.torch_forward.median / r.ours_forward.median},
+          {"product_gflop", r.product_flops * 1e-9},
+          {"ceiling", r.ceiling()},
           {"agreement_float32", agreement_json(r.agreement)},
           {"agreement_float64", agreement_json(r.agreement64)}};
 }
@@ -675,7 +717,19 @@ int main(int argc, char** argv) {
 
     std::vector<Row> rows;
     std::vector<std::string> profiles;
-    if (!o.check_only) print_header();
+    double peak_flops = 0;
+    if (!o.check_only) {
+      if (o.bf16) tf::set_matmul_precision(tf::MatmulPrecision::bf16);
+      peak_flops = measure_peak();
+      tf::set_matmul_precision(tf::MatmulPrecision::exact);
+      std::printf(
+          "ceiling: libtorch's time over the time tinyformer's matrix products alone would take "
+          "at %.0f GFLOP/s (the best of three [2048x2048] x [2048x2048] products through "
+          "tinyformer%s just now), everything else free: no implementation whose products run "
+          "at that rate can beat libtorch by more\n\n",
+          peak_flops * 1e-9, o.bf16 ? ", bfloat16 operands" : "");
+      print_header();
+    }
     for (std::int64_t n : o.ns) {
       std::vector<std::int64_t> kinds = {0};
       for (std::int64_t k : o.ks) {
@@ -701,7 +755,7 @@ int main(int argc, char** argv) {
           tf::set_matmul_precision(tf::MatmulPrecision::exact);
           continue;
         }
-        for (Row& r : measure(c, agreements, agreements64, o)) {
+        for (Row& r : measure(c, agreements, agreements64, o, peak_flops)) {
           print_row(r, o.forward_only);
           rows.push_back(std::move(r));
         }
