@@ -63,6 +63,15 @@ double now_ms() {
       .count();
 }
 
+// The profiler's table of one forward (inference) of `encoder` on x.
+std::string profile_forward(nn::TransformerEncoder& encoder, const Tensor& x) {
+  NoGradGuard no_grad;
+  const Profiler profiler;
+  Tensor y = encoder.forward(x);
+  synchronize(x.device());
+  return profiler.table(12);
+}
+
 // Times forward (no graph) and forward+backward of `encoder` on x; peak memory is what the
 // device's allocator saw above the bytes held before the call.
 Measurement measure(nn::TransformerEncoder& encoder, const Tensor& x, int reps, bool train) {
@@ -143,6 +152,10 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-scaling", scaling, "skip the scaling view");
   app.add_option("--scaling-k", scaling_k);
   app.add_option("--scaling-n", scaling_ns)->delimiter(',');
+  bool profile = false;
+  app.add_flag("--profile", profile,
+               "after the timings, print where one forward of each model spends its time "
+               "(tinyformer::Profiler)");
   app.add_option("--json", json_path, "where to write the results");
   app.add_option("--png", png_path, "where to render the scaling plot (needs gnuplot)");
   CLI11_PARSE(app, argc, argv);
@@ -180,9 +193,14 @@ int main(int argc, char** argv) {
     nlohmann::json results = nlohmann::json::array();
     std::map<std::int64_t, Measurement> full;
     std::map<std::pair<std::int64_t, std::int64_t>, Measurement> lin;
+    std::vector<std::string> profiles;
     for (std::int64_t n : ns) {
       Tensor x = randn({batch, n, d_model}, {.device = device});
       full[n] = measure(*make(n, 0), x, reps, train);
+      if (profile) {
+        profiles.push_back("n=" + std::to_string(n) + ", full attention, one forward:\n" +
+                           profile_forward(*make(n, 0), x));
+      }
       std::printf("n=%-6lld full        forward %9.2f ms  peak %8.1f MB", static_cast<long long>(n),
                   full[n].forward_ms, full[n].forward_peak_mb);
       if (train)
@@ -198,6 +216,10 @@ int main(int argc, char** argv) {
         if (k >= n) continue;
         Measurement m = measure(*make(n, k), x, reps, train);
         lin[{n, k}] = m;
+        if (profile) {
+          profiles.push_back("n=" + std::to_string(n) + ", Linformer k=" + std::to_string(k) +
+                             ", one forward:\n" + profile_forward(*make(n, k), x));
+        }
         std::printf("n=%-6lld k=%-6lld    forward %9.2f ms  peak %8.1f MB",
                     static_cast<long long>(n), static_cast<long long>(k), m.forward_ms,
                     m.forward_peak_mb);
@@ -254,6 +276,7 @@ int main(int argc, char** argv) {
     }
 
     nlohmann::json scaling_json;
+    for (const std::string& p : profiles) std::printf("\n%s", p.c_str());
     if (scaling) {
       std::vector<double> xs, tf, tl, mf, ml;
       std::printf("\nScaling at k = %lld (forward):\n%-7s %12s %12s %12s %12s\n",
