@@ -43,6 +43,11 @@ bool blas_layout(const Tensor& t) {
          (rs == 1 && cs >= std::max<std::int64_t>(rows, 1));
 }
 
+// True when the last two dims are a column-major matrix of at least 2 x 2 (a transposed view).
+bool column_major(const Tensor& t) {
+  return t.size(-2) > 1 && t.size(-1) > 1 && t.stride(-2) == 1 && t.stride(-1) >= t.size(-2);
+}
+
 // A contiguous copy with canonical strides (a contiguous tensor may carry odd strides on
 // size-1 dims, which BLAS would reject as leading dimensions).
 Tensor packed(const Tensor& t) {
@@ -136,20 +141,29 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor sa = b.requires_grad() ? save(a2) : Tensor();
   Tensor sb = a.requires_grad() ? save(b2) : Tensor();
   const bool b_shared = b2.dim() == 2;
+  // An operand that is a transposed view (weight.transpose(0, 1) in a linear layer) gets its
+  // gradient as the transpose of a row-major product, so that the gradient reaching the
+  // untransposed tensor is contiguous instead of a transposed view that must be copied.
+  const bool a_column_major = !a_vector && column_major(a2);
+  const bool b_column_major = !b_vector && column_major(b2);
   return record("matmul", out, {a, b}, [=](const Tensor& g) {
     Tensor g2 = reshape(g, out_full);  // [batch..., M, N]
     Tensor ga, gb;
     if (sb.defined()) {
-      ga = matmul(g2, transpose(sb, -1, -2));  // [batch..., M, K]
-      if (a_vector) ga = squeeze(ga, -2);      // a 1-D a has shape [K]
+      ga = a_column_major ? transpose(matmul(sb, transpose(g2, -1, -2)), -1, -2)  // (b g^T)^T
+                          : matmul(g2, transpose(sb, -1, -2));  // [batch..., M, K]
+      if (a_vector) ga = squeeze(ga, -2);                       // a 1-D a has shape [K]
     }
     if (sa.defined()) {
       if (b_shared && !batch.empty()) {
         // b: [K, N] was used by every batch entry: one product over the folded batch,
         // [K, batch*M] x [batch*M, N], instead of a batch of products summed afterwards.
-        gb = matmul(transpose(reshape(sa, {-1, k}), 0, 1), reshape(g2, {-1, n}));
+        const Tensor a_rows = reshape(sa, {-1, k}), g_rows = reshape(g2, {-1, n});
+        gb = b_column_major ? transpose(matmul(transpose(g_rows, 0, 1), a_rows), 0, 1)
+                            : matmul(transpose(a_rows, 0, 1), g_rows);
       } else {
-        gb = matmul(transpose(sa, -1, -2), g2);  // [batch..., K, N]
+        gb = b_column_major ? transpose(matmul(transpose(g2, -1, -2), sa), -1, -2)  // (g^T a)^T
+                            : matmul(transpose(sa, -1, -2), g2);  // [batch..., K, N]
       }
       if (b_vector) gb = squeeze(gb, -1);  // a 1-D b has shape [K]
     }

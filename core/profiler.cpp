@@ -75,6 +75,17 @@ std::string product_shape(const Tensor& a, const Tensor& b) {
   return std::to_string(std::max(a.size(0), b.size(0))) + "x" + operand(a) + operand(b);
 }
 
+// "[4x256x4x64] strides [65536,64,256,1]"
+std::string copy_shape(const Tensor& src) {
+  std::ostringstream s;
+  s << '[';
+  for (std::int64_t i = 0; i < src.dim(); ++i) s << (i > 0 ? "x" : "") << src.size(i);
+  s << "] strides [";
+  for (std::int64_t i = 0; i < src.dim(); ++i) s << (i > 0 ? "," : "") << src.stride(i);
+  s << ']';
+  return s.str();
+}
+
 template <Op op, typename... A>
 Detail detail_of(const A&... args) {
   Detail d;
@@ -98,6 +109,10 @@ Detail detail_of(const A&... args) {
     const Tensor& out = std::get<2>(t);
     d.flops = 2.0 * static_cast<double>(out.numel()) * static_cast<double>(a.size(2));
     if (g_by_shape.load(std::memory_order_relaxed)) d.shape = product_shape(a, std::get<1>(t));
+  } else if constexpr (op == Op::copy) {
+    // By shape: the source's shape and strides, which tell a layout change (a transpose made
+    // contiguous) from a plain copy.
+    if (g_by_shape.load(std::memory_order_relaxed)) d.shape = copy_shape(std::get<0>(t));
   } else if constexpr (op == Op::conv1d) {
     // weight: [Cout, Cin, K], out: [B, Cout, Lout]
     const Tensor& weight = std::get<1>(t);
@@ -219,9 +234,14 @@ std::vector<OpProfile> Profiler::ops() const {
 std::string Profiler::table(std::size_t max_rows) const {
   const double wall = elapsed_seconds();
   const std::vector<OpProfile> all = ops();
+  // The name column fits the longest name shown (at least the two summary lines').
+  int width = 36;
+  for (std::size_t i = 0; i < all.size() && i < max_rows; ++i) {
+    width = std::max(width, static_cast<int>(all[i].name.size()));
+  }
   std::ostringstream os;
-  os << format_row("%-44s %-5s %6s %10s %7s %10s %s\n", "op", "dev", "calls", "total ms", "share",
-                   "ms/call", "rate");
+  os << format_row("%-*s %-5s %6s %10s %7s %10s %s\n", width, "op", "dev", "calls", "total ms",
+                   "share", "ms/call", "rate");
   double in_ops = 0;
   OpProfile rest;
   rest.name = "(other ops)";
@@ -239,20 +259,20 @@ std::string Profiler::table(std::size_t max_rows) const {
     } else if (r.seconds > 0 && r.bytes > 0) {
       rate = format_row("%.1f GB/s of operands", r.bytes / r.seconds * 1e-9);
     }
-    os << format_row("%-44s %-5s %6lld %10.2f %6.1f%% %10.4f %s\n", r.name.c_str(),
+    os << format_row("%-*s %-5s %6lld %10.2f %6.1f%% %10.4f %s\n", width, r.name.c_str(),
                      r.device.c_str(), static_cast<long long>(r.calls), r.seconds * 1e3,
                      wall > 0 ? 100.0 * r.seconds / wall : 0.0,
                      r.seconds * 1e3 / static_cast<double>(r.calls), rate.c_str());
   }
   if (rest.calls > 0) {
-    os << format_row("%-44s %-5s %6lld %10.2f %6.1f%%\n", rest.name.c_str(), "",
+    os << format_row("%-*s %-5s %6lld %10.2f %6.1f%%\n", width, rest.name.c_str(), "",
                      static_cast<long long>(rest.calls), rest.seconds * 1e3,
                      wall > 0 ? 100.0 * rest.seconds / wall : 0.0);
   }
   const double outside = std::max(0.0, wall - in_ops);
-  os << format_row("%-44s %-5s %6s %10.2f %6.1f%%\n", "(between ops: autograd, allocation)", "", "",
-                   outside * 1e3, wall > 0 ? 100.0 * outside / wall : 0.0);
-  os << format_row("%-44s %-5s %6s %10.2f\n", "(wall time)", "", "", wall * 1e3);
+  os << format_row("%-*s %-5s %6s %10.2f %6.1f%%\n", width, "(between ops: autograd, allocation)",
+                   "", "", outside * 1e3, wall > 0 ? 100.0 * outside / wall : 0.0);
+  os << format_row("%-*s %-5s %6s %10.2f\n", width, "(wall time)", "", "", wall * 1e3);
   return os.str();
 }
 

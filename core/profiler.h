@@ -39,7 +39,8 @@ struct OpProfile {
 class Profiler {
  public:
   // by_shape: one row per shape of each matrix product ("matmul 32x[1024x64]^T[1024x1024]"),
-  // where ^T marks an operand read transposed (column-major), instead of one row for them all.
+  // where ^T marks an operand read transposed (column-major), instead of one row for them all;
+  // likewise one row per source layout of each copy ("copy [4x256x4x64] strides [...]").
   explicit Profiler(bool by_shape = false);
   ~Profiler();
   Profiler(const Profiler&) = delete;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "autograd/ops.h"
 #include "core/error.h"
@@ -64,6 +65,15 @@ TEST_CASE("Profiler by shape keys each product by its shape and transposed opera
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].name == "matmul 1x[3x6]^T[6x2]");
   CHECK(rows[0].flops == doctest::Approx(2.0 * 3 * 6 * 2));
+
+  // A transposed view made contiguous is a copy keyed by the source's layout.
+  profiler.reset();
+  tf::contiguous(tf::transpose(a, 0, 1));
+  const auto copies = profiler.ops();
+  REQUIRE(copies.size() == 1);
+  CHECK(copies[0].name == "copy [3x6] strides [1,3]");
+  CHECK(copies[0].bytes == doctest::Approx(2 * 18 * 4));
+  CHECK(profiler.table().find("copy [3x6] strides [1,3]") != std::string::npos);
 }
 
 TEST_CASE("Profiler: only one at a time, and nothing is recorded without one") {
@@ -74,4 +84,27 @@ TEST_CASE("Profiler: only one at a time, and nothing is recorded without one") {
   tf::matmul(tf::randn({2, 2}), tf::randn({2, 2}));  // no profiler alive: nothing to record
   tf::Profiler again;                                // the first one's end freed the slot
   CHECK(again.ops().empty());
+}
+
+TEST_CASE("A linear layer's backward makes no copy: the weight gradient comes out contiguous") {
+  Tensor x = tf::randn({5, 3, 4});
+  Tensor w = tf::randn({6, 4});  // [out, in], used transposed as in nn::Linear
+  x.requires_grad_(true);
+  w.requires_grad_(true);
+  Tensor y = tf::matmul(x, tf::transpose(w, 0, 1));
+  const Tensor r = tf::randn({5, 3, 6});  // sum(y * r): y's gradient is r, a contiguous tensor
+  Tensor loss = tf::sum(y * r);
+  tf::Profiler profiler(/*by_shape=*/true);
+  loss.backward();
+  // The only copies are of contiguous sources: the two gradients stored into the leaves' grad.
+  // A transposed weight gradient would show as "copy [6x4] strides [1,6]".
+  std::vector<std::string> copies;
+  for (const tf::OpProfile& op : profiler.ops()) {
+    if (op.name.rfind("copy", 0) == 0) copies.push_back(op.name);
+  }
+  std::sort(copies.begin(), copies.end());
+  CHECK(copies ==
+        std::vector<std::string>{"copy [5x3x4] strides [12,4,1]", "copy [6x4] strides [4,1]"});
+  CHECK(w.grad().is_contiguous());
+  CHECK(x.grad().is_contiguous());
 }
