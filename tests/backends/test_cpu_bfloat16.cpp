@@ -226,7 +226,8 @@ TEST_CASE("bfloat16: matmul against a float64 reference") {
 }
 
 TEST_CASE(
-    "float32 matmul under MatmulPrecision::bf16: operands rounded where the CPU has the instructions") {
+    "float32 matmul under MatmulPrecision::bf16: operands rounded where the CPU has the "
+    "instructions") {
   Backend& cpu = backend(Device::cpu());
   const bool native = cpu::bf16_matmul_fast();
   MESSAGE("float32 products under bf16 precision are "
