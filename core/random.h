@@ -7,15 +7,12 @@
 #include <cstdint>
 #include <mutex>
 
+#include "core/host_device.h"
+
 namespace tinyformer {
 
 // Philox 4x32 with 10 rounds (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3").
 // Usable from host and device code alike.
-#if defined(__CUDACC__)
-#define TF_HOST_DEVICE __host__ __device__
-#else
-#define TF_HOST_DEVICE
-#endif
 
 struct Philox {
   TF_HOST_DEVICE static void round(std::uint32_t (&c)[4], const std::uint32_t (&k)[2]) {

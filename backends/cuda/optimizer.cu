@@ -4,45 +4,25 @@
 // four pointers allow it.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/strided.cuh"
+#include "core/adam.h"
 #include "core/op_checks.h"
 
 namespace tinyformer::cuda {
 
 namespace {
 
-// The step's scalars in the parameter's dtype, worked out once per call on the host.
-template <typename T>
-struct AdamConstants {
-  T beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
-  T decay;      // AdamW: the parameter's shrink factor 1 - lr * weight_decay (else 1)
-  T l2;         // Adam: the weight decay added to the gradient (0 for AdamW)
-  T step_size;  // lr / bias_correction1
-  T sqrt_bias_correction2;
-};
-
-// One element. The arithmetic follows core/ops.def term by term, in the order of the CPU twin
-// (backends/cpu/optimizer.cpp) and of torch.optim.Adam. l2 == 0 skips the coupled decay
-// (adding 0 * param would turn an infinite parameter's gradient into NaN).
-template <typename T>
-__device__ inline void adam_element(T& p, T g, T& m, T& v, const AdamConstants<T>& c) {
-  if (c.l2 != T(0)) g = g + p * c.l2;
-  m = m * c.beta1 + g * c.one_minus_beta1;
-  v = v * c.beta2 + g * g * c.one_minus_beta2;
-  const T denom = sqrt(v) / c.sqrt_bias_correction2 + c.eps;
-  p = p * c.decay - m / denom * c.step_size;
-}
-
-// p, g, m, v: [n] contiguous
-template <typename T>
+// p, g, m, v: [n] contiguous. L2: c.coupled_decay(), fixed at compile time as on the CPU.
+template <bool L2, typename T>
 __global__ void adam_kernel(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m,
                             T* __restrict__ v, std::int64_t n, AdamConstants<T> c) {
   const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += step) {
     T pi = p[i], mi = m[i], vi = v[i];
-    adam_element(pi, g[i], mi, vi, c);
+    adam_update<L2>(pi, g[i], mi, vi, c);
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
@@ -51,6 +31,7 @@ __global__ void adam_kernel(T* __restrict__ p, const T* __restrict__ g, T* __res
 
 // The same over float4 groups: element 4k..4k+3 of each tensor in one 16-byte load and store.
 // n4 = n / 4 groups; the caller runs the scalar kernel on the remaining n % 4 elements.
+template <bool L2>
 __global__ void adam_kernel_float4(float4* __restrict__ p, const float4* __restrict__ g,
                                    float4* __restrict__ m, float4* __restrict__ v, std::int64_t n4,
                                    AdamConstants<float> c) {
@@ -59,10 +40,10 @@ __global__ void adam_kernel_float4(float4* __restrict__ p, const float4* __restr
        i += step) {
     float4 pi = p[i], mi = m[i], vi = v[i];
     const float4 gi = g[i];
-    adam_element(pi.x, gi.x, mi.x, vi.x, c);
-    adam_element(pi.y, gi.y, mi.y, vi.y, c);
-    adam_element(pi.z, gi.z, mi.z, vi.z, c);
-    adam_element(pi.w, gi.w, mi.w, vi.w, c);
+    adam_update<L2>(pi.x, gi.x, mi.x, vi.x, c);
+    adam_update<L2>(pi.y, gi.y, mi.y, vi.y, c);
+    adam_update<L2>(pi.z, gi.z, mi.z, vi.z, c);
+    adam_update<L2>(pi.w, gi.w, mi.w, vi.w, c);
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
@@ -88,37 +69,38 @@ void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tens
 
   dispatch<float, double>(param.dtype(), "adamw_step", [&](auto tag) {
     using T = decltype(tag);
-    const AdamConstants<T> c{
-        .beta1 = static_cast<T>(beta1),
-        .one_minus_beta1 = static_cast<T>(1.0 - beta1),
-        .beta2 = static_cast<T>(beta2),
-        .one_minus_beta2 = static_cast<T>(1.0 - beta2),
-        .eps = static_cast<T>(eps),
-        .decay = static_cast<T>(decoupled ? 1.0 - lr * weight_decay : 1.0),
-        .l2 = static_cast<T>(decoupled ? 0.0 : weight_decay),
-        .step_size = static_cast<T>(lr / bias_correction1),
-        .sqrt_bias_correction2 = static_cast<T>(std::sqrt(bias_correction2)),
-    };
+    const auto c = AdamConstants<T>::make(lr, beta1, beta2, eps, weight_decay, decoupled,
+                                          bias_correction1, bias_correction2);
     T* p = device_data<T>(param);
     const T* g = device_data<T>(grad);
     T* m = device_data<T>(exp_avg);
     T* v = device_data<T>(exp_avg_sq);
-    std::int64_t done = 0;
-    if constexpr (std::is_same_v<T, float>) {
-      if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) && n >= 4) {
-        const std::int64_t n4 = n / 4;
-        adam_kernel_float4<<<grid_for(n4), kBlock, 0, stream()>>>(
-            reinterpret_cast<float4*>(p), reinterpret_cast<const float4*>(g),
-            reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v), n4, c);
-        TF_CUDA_CHECK_LAUNCH("adamw_step");
-        done = n4 * 4;
+    // The float4 kernel where all four pointers allow 16-byte access, the scalar one for the
+    // rest; each with or without the coupled decay.
+    const auto launch = [&](auto l2) {
+      constexpr bool L2 = decltype(l2)::value;
+      std::int64_t done = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) && n >= 4) {
+          const std::int64_t n4 = n / 4;
+          adam_kernel_float4<L2><<<grid_for(n4), kBlock, 0, stream()>>>(
+              reinterpret_cast<float4*>(p), reinterpret_cast<const float4*>(g),
+              reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v), n4, c);
+          TF_CUDA_CHECK_LAUNCH("adamw_step");
+          done = n4 * 4;
+        }
       }
-    }
-    if (done < n) {
-      const std::int64_t rest = n - done;
-      adam_kernel<T><<<grid_for(rest), kBlock, 0, stream()>>>(p + done, g + done, m + done,
-                                                              v + done, rest, c);
-      TF_CUDA_CHECK_LAUNCH("adamw_step");
+      if (done < n) {
+        const std::int64_t rest = n - done;
+        adam_kernel<L2, T><<<grid_for(rest), kBlock, 0, stream()>>>(p + done, g + done, m + done,
+                                                                    v + done, rest, c);
+        TF_CUDA_CHECK_LAUNCH("adamw_step");
+      }
+    };
+    if (c.coupled_decay()) {
+      launch(std::true_type{});
+    } else {
+      launch(std::false_type{});
     }
   });
 }

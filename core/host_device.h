@@ -1,0 +1,10 @@
+// TF_HOST_DEVICE marks a function that both backends call: the CPU's loops and the CUDA
+// kernels (under nvcc it is __host__ __device__; elsewhere nothing). core/ stays free of any
+// other CUDA construct.
+#pragma once
+
+#if defined(__CUDACC__)
+#define TF_HOST_DEVICE __host__ __device__
+#else
+#define TF_HOST_DEVICE
+#endif
