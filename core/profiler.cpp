@@ -170,10 +170,15 @@ class ProfilingBackend final : public Backend {
   Backend& inner_;
 };
 
+// printf into a string of whatever length the row needs (a copy of a many-dim view has a long
+// name).
 std::string format_row(const char* fmt, auto... values) {
-  char buffer[256];
-  std::snprintf(buffer, sizeof buffer, fmt, values...);
-  return buffer;
+  const int length = std::snprintf(nullptr, 0, fmt, values...);
+  if (length <= 0) return {};
+  std::string row(static_cast<std::size_t>(length) + 1, '\0');
+  std::snprintf(row.data(), row.size(), fmt, values...);
+  row.pop_back();
+  return row;
 }
 
 }  // namespace
