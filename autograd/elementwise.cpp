@@ -44,25 +44,19 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
 Tensor unary_raw(UnaryOp op, const Tensor& x, double alpha) {
   const char* name = unary_name(op);
   TF_CHECK(x.defined(), name, ": expected a defined tensor, got an undefined Tensor");
-  TF_CHECK(is_floating(x.dtype()) ||
-               ((op == UnaryOp::neg || op == UnaryOp::abs) && x.dtype() == DType::int64),
-           name, ": expected a floating tensor, got ", x.dtype());
+  TF_CHECK(is_floating(x.dtype()) || (unary_traits(op).int64 && x.dtype() == DType::int64), name,
+           ": expected a floating tensor, got ", x.dtype());
   Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   if (out.numel() > 0) backend(x.device()).unary(op, x, out, alpha);
   return out;
 }
 
-// The unary ops whose derivative reads x (else it reads y = op(x)); see core/ops.def.
-bool backward_reads_x(UnaryOp op) {
-  return op == UnaryOp::log || op == UnaryOp::abs || op == UnaryOp::gelu ||
-         op == UnaryOp::gelu_tanh || op == UnaryOp::pow_scalar;
-}
-
 Tensor unary(UnaryOp op, const Tensor& x, double alpha = 0.0) {
   Tensor y = unary_raw(op, x, alpha);
   // Save only what the derivative reads, so the graph holds no more memory than it must.
-  Tensor saved_x = backward_reads_x(op) ? save(x) : Tensor();
-  Tensor saved_y = backward_reads_x(op) || op == UnaryOp::neg ? Tensor() : save(y);
+  const UnaryReads reads = unary_traits(op).reads;
+  Tensor saved_x = reads == UnaryReads::x ? save(x) : Tensor();
+  Tensor saved_y = reads == UnaryReads::y ? save(y) : Tensor();
   return record(unary_name(op), y, {x}, [op, alpha, saved_x, saved_y](const Tensor& g) {
     Tensor gx = empty(g.shape(), {.dtype = g.dtype(), .device = g.device()});
     backend(g.device()).unary_backward(op, g, saved_x, saved_y, gx, alpha);

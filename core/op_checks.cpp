@@ -41,12 +41,6 @@ void check_operand(const Tensor& t, const char* op, const char* name, const Shap
            shape_str(t.strides()));
 }
 
-// The unary ops whose derivative reads x; the others (but neg) read y.
-bool backward_reads_x(UnaryOp op) {
-  return op == UnaryOp::log || op == UnaryOp::abs || op == UnaryOp::gelu ||
-         op == UnaryOp::gelu_tanh || op == UnaryOp::pow_scalar;
-}
-
 // x: [R, C] floating, contiguous, on the backend.
 void check_layer_norm_input(const Tensor& x, const char* op, DeviceType backend) {
   TF_CHECK(x.defined(), op, ": expected a defined x, got an undefined Tensor");
@@ -173,7 +167,8 @@ void check_unary_args(UnaryOp op, const Tensor& x, const Tensor& out, DeviceType
 void check_unary_backward_args(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
                                const Tensor& out, DeviceType backend) {
   const char* name = unary_name(op);
-  const bool reads_x = backward_reads_x(op), reads_y = !reads_x && op != UnaryOp::neg;
+  const UnaryReads reads = unary_traits(op).reads;
+  const bool reads_x = reads == UnaryReads::x, reads_y = reads == UnaryReads::y;
   TF_CHECK(!reads_x || x.defined(), name,
            " backward: expected the input x, got an undefined Tensor");
   TF_CHECK(!reads_y || y.defined(), name,

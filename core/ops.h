@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace tinyformer {
 
@@ -24,28 +25,64 @@ inline const char* op_name(Op op) {
   return op_names[static_cast<std::size_t>(op)];
 }
 
-// Elementwise functions of one input. alpha is the exponent of pow_scalar.
+// Elementwise functions of one input (rows of core/elementwise.def). alpha is the exponent of
+// pow_scalar.
 enum class UnaryOp : int {
-  neg,
-  exp,
-  log,
-  sqrt,
-  rsqrt,
-  abs,
-  tanh,
-  sigmoid,
-  relu,
-  gelu,
-  gelu_tanh,
-  pow_scalar
+#define TF_UNARY(name, reads, domain, int64) name,
+#include "core/elementwise.def"
 };
-const char* unary_name(UnaryOp op);
+inline constexpr std::array unary_ops = {
+#define TF_UNARY(name, reads, domain, int64) UnaryOp::name,
+#include "core/elementwise.def"
+};
+inline constexpr std::size_t unary_op_count = unary_ops.size();
 
-// Elementwise functions of two inputs; the comparisons produce booleans.
-enum class BinaryOp : int { add, sub, mul, div, maximum, minimum, eq, ne, lt, le, gt, ge };
-const char* binary_name(BinaryOp op);
-inline bool is_comparison(BinaryOp op) {
-  return op >= BinaryOp::eq;
+// What a unary op's derivative reads besides the incoming gradient.
+enum class UnaryReads : int { none, x, y };
+// The inputs on which a unary op and its derivative are finite and smooth.
+enum class UnaryDomain : int { real, positive };
+
+struct UnaryTraits {
+  const char* name;
+  UnaryReads reads;
+  UnaryDomain domain;
+  bool int64;  // also takes int64 tensors
+};
+inline constexpr std::array<UnaryTraits, unary_op_count> unary_traits_table = {{
+#define TF_UNARY(name, reads, domain, int64) {#name, UnaryReads::reads, UnaryDomain::domain, int64},
+#include "core/elementwise.def"
+}};
+inline constexpr const UnaryTraits& unary_traits(UnaryOp op) {
+  return unary_traits_table[static_cast<std::size_t>(op)];
+}
+inline constexpr const char* unary_name(UnaryOp op) {
+  return unary_traits(op).name;
+}
+
+// Elementwise functions of two inputs (rows of core/elementwise.def); the comparisons produce
+// booleans.
+enum class BinaryOp : int {
+#define TF_BINARY(name, kind) name,
+#include "core/elementwise.def"
+};
+inline constexpr std::array binary_ops = {
+#define TF_BINARY(name, kind) BinaryOp::name,
+#include "core/elementwise.def"
+};
+inline constexpr std::size_t binary_op_count = binary_ops.size();
+inline constexpr std::array<const char*, binary_op_count> binary_names = {
+#define TF_BINARY(name, kind) #name,
+#include "core/elementwise.def"
+};
+inline constexpr std::array<bool, binary_op_count> binary_is_comparison = {
+#define TF_BINARY(name, kind) std::string_view(#kind) == "comparison",
+#include "core/elementwise.def"
+};
+inline constexpr const char* binary_name(BinaryOp op) {
+  return binary_names[static_cast<std::size_t>(op)];
+}
+inline constexpr bool is_comparison(BinaryOp op) {
+  return binary_is_comparison[static_cast<std::size_t>(op)];
 }
 
 enum class ReduceOp : int { sum, mean, max, min };
