@@ -1,54 +1,18 @@
-// CpuBackend::matmul: batched matrix products on oneDNN (float32) and OpenBLAS (float64, and
-// small float32 products), with strided operands passed as they are whenever a GEMM can read them
-// (gemm_operand in matmul.h decides; a copy is made only when it says so).
-//
-// Dispatch policy. Measured with OPENBLAS_CORETYPE=Haswell exported, as on the machines we run on,
-// and in the same runs for both libraries (a sweep of sizes, and examples/benchmark_ops):
-//
-//   float32, batch of one, M*N*K <= 64^3: cblas_sgemm. Up to that size a product takes a few
-//     microseconds, and OpenBLAS's fixed cost is the lower one. One thread, CPU time, AVX2:
-//         8^3: 0.8 us against oneDNN's 1.6 us; 32^3: 1.8 us against 2.4 us; 64^3: 7.2 us both.
-//   float32, anything larger or batched: one oneDNN matmul primitive for the whole batch, with
-//     the transposes and the batch stride in its memory descriptors (a broadcast operand is a
-//     batch of one, which oneDNN broadcasts). Measured in the same runs:
-//       - AVX-512, 2 threads (~509 GFLOP/s peak): oneDNN 420-490 GFLOP/s on large products and
-//         ~410 on 32 x [1024x64x1024]; OpenBLAS reads OPENBLAS_CORETYPE when it loads and then
-//         runs its AVX2 kernels, ~240 GFLOP/s, and 140-200 as a loop over the attention batch.
-//       - AVX2 (Zen), 2 threads (~190 peak), examples/benchmark_ops on a quiet machine:
-//           1024^3: 12.2 ms through matmul() (oneDNN), raw oneDNN 12.6, cblas_sgemm 12.8;
-//           2048^3: 92.3, 93.3, 93.8; 32 x [1024x64x1024] (K transposed): 25.1, 25.0, and 41.0
-//           for the cblas loop; 32 x [1024x1024x64]: 23.9, 24.0, 28.1. OpenBLAS splits each
-//           small product over the threads, oneDNN the whole batch. At 512^3 OpenBLAS was
-//           ahead in two runs (1.64 ms against 2.08); other sizes from 256^3 to 1024^3 swing
-//           either way by 5-15% from run to run, and on AVX-512 oneDNN is ahead everywhere.
-//     oneDNN ignores OPENBLAS_CORETYPE, so float32 speed does not depend on the environment.
-//   float32 with a transposed (column-major) first operand, the shape of every weight gradient
-//     (dW = g^T x) and of attention's dV = P^T dO and dK = dS^T Q: cblas_sgemm per batch element,
-//     where OpenBLAS's kernels are as wide as oneDNN's (blas_as_wide_as_dnnl: not on an AVX-512
-//     CPU with OPENBLAS_CORETYPE=Haswell, where oneDNN reads the operand as it lies instead).
-//     oneDNN 2.6 reads such an operand at half its speed on AVX2; OpenBLAS does not care. Quiet
-//     AVX2, 2 threads, one process, medians: [1024x4096]^T [4096x256]: oneDNN 27.3 ms (79 GFLOP/s),
-//     cblas 12.4 (174), and oneDNN 12.6 with the operand not transposed; [1024x1024]^T
-//     [1024x64]: oneDNN 1.68 ms, cblas 0.92, oneDNN 0.76 not transposed.
-//     Computing a tall A^T times a narrow B as (B^T A)^T on oneDNN instead (copying B^T and the
-//     result) looked faster in a standalone program (16 x [4096x4096]^T[4096x64]: 238 ms
-//     against 273) but was slower inside the framework, alternating in one process (16 x
-//     [1024x1024]^T[1024x64]: 27.9 against 25.1 ms; 2048: 121 against 102), so it is not used.
-//   float64: cblas_dgemm per batch element (oneDNN has no f64 matmul); gradient checks use it.
-//   bfloat16: one oneDNN matmul with bfloat16 operands, float32 accumulation and a bfloat16
-//     result, where oneDNN has a bfloat16 kernel for the CPU (2.x: AVX-512 and up; see
-//     bf16_matmul_native). On AVX2 it has none: the operands are converted to float32, multiplied
-//     on the float32 path and the result rounded to bfloat16, the same numbers up to the order of
-//     the sums. Measured on AVX2 Zen, 2 threads, the conversions cost 5-15% against float32 in
-//     the same run: 256^3 78 GFLOP/s (float32 91), 1024^3 41.6 (float32 44.8, a busy machine).
-//   float32 under set_matmul_precision(MatmulPrecision::bf16), above the small-product size,
-//     where bf16_matmul_fast() (bfloat16 instructions, not only kernels): both operands rounded to
-//     bfloat16, one oneDNN bfloat16 product with float32 accumulation and a float32 result
-//     (matmul_bf16_operands); the rounding costs M K + K N conversions against M N K multiply-adds.
-//     Elsewhere (AVX2; AVX-512 without BF16, where oneDNN's bfloat16 kernels emulate and are slower
-//     than float32) the setting changes nothing: the product is exact float32, as MatmulPrecision
-//     allows.
-//
+// CpuBackend::matmul: batched matrix products on oneDNN and OpenBLAS, with strided operands passed
+// as they are whenever a GEMM can read them (gemm_operand in matmul.h decides; a copy is made only
+// when it says so). Which library runs which product (docs/matmul.md has the measurements):
+//   float32, batch of one, M*N*K <= 64^3: cblas_sgemm (the lower fixed cost at that size);
+//   float32, larger or batched: one oneDNN matmul primitive for the whole batch, transposes and
+//     batch stride in its memory descriptors, broadcast operands as a batch of one;
+//   float32 with a transposed first operand (every weight gradient, attention's dV and dK):
+//     cblas_sgemm per batch element where OpenBLAS's kernels are as wide as oneDNN's
+//     (blas_as_wide_as_dnnl), since oneDNN 2.6 reads such an operand at half speed on AVX2;
+//   float64: cblas_dgemm per batch element (oneDNN has no float64 matmul);
+//   bfloat16: one oneDNN bfloat16 product with float32 accumulation where oneDNN has a bfloat16
+//     kernel for this CPU (bf16_matmul_native), else float32 products of the widened operands;
+//   float32 under set_matmul_precision(bf16), above the small-product size and where the CPU has
+//     bfloat16 instructions (bf16_matmul_fast): both operands rounded to bfloat16, one bfloat16
+//     product with a float32 result (matmul_bf16_operands); elsewhere exact float32.
 // Products under 2^18 multiply-adds run oneDNN on the calling thread only (dnnl_threads).
 #include "backends/cpu/matmul.h"
 
