@@ -40,9 +40,10 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   scores = scores / std::sqrt(d);
   const double minus_inf = -std::numeric_limits<double>::infinity();
   if (excluded_mask.defined()) scores = masked_fill(scores, excluded_mask, minus_inf);
-  if (causal)
+  if (causal) {
     scores =
         masked_fill(scores, future_mask(query.size(-2), key.size(-2), query.device()), minus_inf);
+  }
   Tensor probs = functional::softmax(scores, -1);
   if (probs_out) *probs_out = probs;
   return matmul(probs, value);  // [..., n, dv]
