@@ -1,14 +1,14 @@
 // Fused attention: forward and backward side by side.
 //
-//   S = (q * scale) k^T          [..., n, m]    scale = 1 / sqrt(d)
-//   S = -inf where masked
+//   S = (query * scale) key^T    [..., n, m]    scale = 1 / sqrt(d)
+//   S = -inf where excluded      (excluded_mask, and j > i when causal)
 //   P = softmax(S)               saved for backward
-//   O = dropout(P) v             [..., n, dv]
+//   O = dropout(P) value         [..., n, dv]
 //
-//   dv = dropout(P)^T dO
-//   dP = dropout'(dO v^T)
-//   dS = P * (dP - rowsum(dP * P))   (softmax backward; masked entries have P = 0, so dS = 0)
-//   dq = scale * dS k,  dk = dS^T (q * scale)
+//   d_value = dropout(P)^T dO
+//   dP      = dropout'(dO value^T)
+//   dS      = P * (dP - rowsum(dP * P))   (softmax backward; excluded entries have P = 0, so dS =
+//   0) d_query = scale * dS key,  d_key = dS^T (query * scale)
 #include "autograd/attention.h"
 
 #include <cmath>
@@ -24,11 +24,50 @@ namespace tinyformer {
 using autograd::record;
 using autograd::save;
 
-Tensor causal_mask(std::int64_t n, std::int64_t m, Device device) {
-  TF_CHECK(n >= 0 && m >= 0, "causal_mask: expected non-negative sizes, got ", n, " x ", m);
+Tensor future_mask(std::int64_t n, std::int64_t m, Device device) {
+  TF_CHECK(n >= 0 && m >= 0, "future_mask: expected non-negative sizes, got ", n, " x ", m);
   Tensor rows = arange(n, {.dtype = DType::int64, .device = device}).unsqueeze(1);
   Tensor cols = arange(m, {.dtype = DType::int64, .device = device}).unsqueeze(0);
-  return ge(rows, cols);
+  return lt(rows, cols);
+}
+
+void check_attention_inputs(const char* op, const Tensor& query, const Tensor& key,
+                            const Tensor& value, const Tensor& excluded_mask) {
+  TF_CHECK(query.defined() && key.defined() && value.defined(), op,
+           ": expected defined query, key and value");
+  TF_CHECK(query.dim() >= 2 && query.dim() == key.dim() && query.dim() == value.dim(), op,
+           ": expected query, key, value with the same number of dims (>= 2), got ",
+           shape_str(query.shape()), ", ", shape_str(key.shape()), ", ", shape_str(value.shape()));
+  TF_CHECK(query.size(-1) == key.size(-1), op,
+           ": query and key differ in their last dim: ", shape_str(query.shape()), " and ",
+           shape_str(key.shape()));
+  TF_CHECK(key.size(-2) == value.size(-2), op,
+           ": key and value hold different numbers of positions: ", shape_str(key.shape()), " and ",
+           shape_str(value.shape()));
+  for (std::int64_t d = 0; d + 2 < query.dim(); ++d) {
+    TF_CHECK(query.size(d) == key.size(d) && query.size(d) == value.size(d), op,
+             ": query, key, value differ in leading dim ", d, ": ", shape_str(query.shape()), ", ",
+             shape_str(key.shape()), ", ", shape_str(value.shape()));
+  }
+  TF_CHECK(
+      query.dtype() == key.dtype() && query.dtype() == value.dtype() && is_floating(query.dtype()),
+      op, ": expected query, key, value of one floating dtype, got ", query.dtype(), ", ",
+      key.dtype(), ", ", value.dtype());
+  if (!excluded_mask.defined()) return;
+  // The scores the mask applies to: [..., n, m]. The mask must broadcast to exactly this shape
+  // (a mask with more dims, or a size that would grow the scores, is an error).
+  Shape scores = query.shape();
+  scores.back() = key.size(-2);
+  bool fits = excluded_mask.dim() <= static_cast<std::int64_t>(scores.size());
+  for (std::int64_t i = 1; fits && i <= excluded_mask.dim(); ++i) {
+    const std::int64_t have = excluded_mask.size(-i);
+    const std::int64_t want = scores[scores.size() - static_cast<std::size_t>(i)];
+    fits = have == 1 || have == want;
+  }
+  TF_CHECK(excluded_mask.dtype() == DType::boolean && fits, op,
+           ": expected excluded_mask of dtype bool broadcastable to the scores ", shape_str(scores),
+           " (true = key excluded), got ", excluded_mask.dtype(), " ",
+           shape_str(excluded_mask.shape()));
 }
 
 namespace {
@@ -44,47 +83,26 @@ Tensor softmax_backward_rows(const Tensor& p, const Tensor& dp) {
 }
 }  // namespace
 
-Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                       const AttentionOptions& options) {
+Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                       const Tensor& excluded_mask, const AttentionOptions& options) {
   const char* op = "fused_attention";
-  TF_CHECK(q.defined() && k.defined() && v.defined(), op, ": expected defined q, k and v");
-  TF_CHECK(q.dim() >= 2 && q.dim() == k.dim() && q.dim() == v.dim(), op,
-           ": expected q, k, v with the same number of dims (>= 2), got ", shape_str(q.shape()),
-           ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
-  TF_CHECK(q.size(-1) == k.size(-1), op,
-           ": q and k differ in their last dim: ", shape_str(q.shape()), " and ",
-           shape_str(k.shape()));
-  TF_CHECK(k.size(-2) == v.size(-2), op,
-           ": k and v hold different numbers of keys: ", shape_str(k.shape()), " and ",
-           shape_str(v.shape()));
-  for (std::int64_t d = 0; d + 2 < q.dim(); ++d) {
-    TF_CHECK(q.size(d) == k.size(d) && q.size(d) == v.size(d), op,
-             ": q, k, v differ in leading dim ", d, ": ", shape_str(q.shape()), ", ",
-             shape_str(k.shape()), ", ", shape_str(v.shape()));
-  }
-  TF_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && is_floating(q.dtype()), op,
-           ": expected q, k, v of one floating dtype, got ", q.dtype(), ", ", k.dtype(), ", ",
-           v.dtype());
+  check_attention_inputs(op, query, key, value, excluded_mask);
   TF_CHECK(options.dropout >= 0 && options.dropout < 1, op, ": expected dropout in [0, 1), got ",
            options.dropout);
-  const std::int64_t n = q.size(-2), m = k.size(-2);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  const std::int64_t n = query.size(-2), m = key.size(-2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
   const bool use_dropout = options.training && options.dropout > 0;
+  const TensorOptions like_query{.dtype = query.dtype(), .device = query.device()};
 
-  Tensor qs, p, pd, keep;
+  Tensor query_scaled, p, pd, keep;
   Tensor out;
   {
     NoGradGuard no_grad;
-    qs = mul(q, scalar_tensor(scale, {.dtype = q.dtype(), .device = q.device()}));
-    Tensor s = matmul(qs, k.transpose(-2, -1));
-    const Tensor minus_inf = scalar_tensor(-std::numeric_limits<double>::infinity(),
-                                           {.dtype = q.dtype(), .device = q.device()});
-    if (mask.defined()) {
-      TF_CHECK(mask.dtype() == DType::boolean, op, ": expected a bool mask, got ", mask.dtype());
-      broadcast_shapes(mask.shape(), s.shape(), op);
-      s = where(mask, s, minus_inf);
-    }
-    if (options.causal) s = where(causal_mask(n, m, q.device()), s, minus_inf);
+    query_scaled = mul(query, scalar_tensor(scale, like_query));
+    Tensor s = matmul(query_scaled, key.transpose(-2, -1));  // [..., n, m]
+    const double minus_inf = -std::numeric_limits<double>::infinity();
+    if (excluded_mask.defined()) s = masked_fill(s, excluded_mask, minus_inf);
+    if (options.causal) s = masked_fill(s, future_mask(n, m, query.device()), minus_inf);
     p = softmax(s, -1);
     pd = p;
     if (use_dropout) {
@@ -97,22 +115,23 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
                                      {.dtype = p.dtype(), .device = p.device()}));
       pd = mul(p, keep);
     }
-    out = matmul(pd, v);
+    out = matmul(pd, value);  // [..., n, dv]
   }
   if (options.probs) *options.probs = p;
 
-  Tensor sk = save(k), sv = save(v);
-  return record(
-      "fused_attention", out, {q, k, v}, [qs, sk, sv, p, pd, keep, scale](const Tensor& g) {
-        Tensor dv = matmul(pd.transpose(-2, -1), g);
-        Tensor dp = matmul(g, sv.transpose(-2, -1));
-        if (keep.defined()) dp = mul(dp, keep);
-        Tensor ds = softmax_backward_rows(p, dp);
-        Tensor dq =
-            mul(matmul(ds, sk), scalar_tensor(scale, {.dtype = g.dtype(), .device = g.device()}));
-        Tensor dk = matmul(ds.transpose(-2, -1), qs);
-        return std::vector<Tensor>{dq, dk, dv};
-      });
+  Tensor saved_key = save(key), saved_value = save(value);
+  return record("fused_attention", out, {query, key, value},
+                [query_scaled, saved_key, saved_value, p, pd, keep, scale](const Tensor& g) {
+                  Tensor d_value = matmul(pd.transpose(-2, -1), g);
+                  Tensor dp = matmul(g, saved_value.transpose(-2, -1));
+                  if (keep.defined()) dp = mul(dp, keep);
+                  Tensor ds = softmax_backward_rows(p, dp);
+                  Tensor d_query =
+                      mul(matmul(ds, saved_key),
+                          scalar_tensor(scale, {.dtype = g.dtype(), .device = g.device()}));
+                  Tensor d_key = matmul(ds.transpose(-2, -1), query_scaled);
+                  return std::vector<Tensor>{d_query, d_key, d_value};
+                });
 }
 
 }  // namespace tinyformer

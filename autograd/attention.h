@@ -1,7 +1,10 @@
-// Fused scaled dot-product attention: one graph node for softmax(q k^T / sqrt(d)) v, with a
-// hand-written backward that keeps only q, k, v and the probabilities. The textbook
-// composition of the same math is nn::functional::scaled_dot_product_attention; a test holds
-// the two equal.
+// Fused scaled dot-product attention: one graph node for softmax(query key^T / sqrt(d)) value,
+// with a hand-written backward that keeps only query, key, value and the probabilities. The
+// textbook composition of the same math is nn::functional::scaled_dot_product_attention; a test
+// holds the two equal.
+//
+// Masks follow one convention everywhere in tinyformer: a boolean mask is true where a key is
+// excluded (as in PyTorch's nn.MultiheadAttention, key_padding_mask and attn_mask alike).
 #pragma once
 
 #include "core/random.h"
@@ -17,14 +20,21 @@ struct AttentionOptions {
   Tensor* probs = nullptr;         // if set, receives the probabilities [..., n, m] (no graph)
 };
 
-// q: [..., n, d], k: [..., m, d], v: [..., m, dv] with equal leading dims (e.g. [B, H]).
-// mask: boolean, broadcastable to [..., n, m], true where a query may attend to a key;
-// undefined means everywhere. A query with no key to attend to gets NaN, as in PyTorch.
-// Returns [..., n, dv].
-Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = {},
-                       const AttentionOptions& options = {});
+// query: [..., n, d], key: [..., m, d], value: [..., m, dv] with equal leading dims (e.g. [B, H]).
+// excluded_mask: boolean, broadcastable to [..., n, m], true where query i must not attend to
+// key j (a key-padding mask [B, m] enters as [B, 1, 1, m]); undefined excludes nothing. A query
+// with every key excluded gets NaN, as in PyTorch. Returns [..., n, dv].
+Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                       const Tensor& excluded_mask = {}, const AttentionOptions& options = {});
 
-// The boolean [n, m] mask of causal attention: true where j <= i.
-Tensor causal_mask(std::int64_t n, std::int64_t m, Device device = Device::cpu());
+// The boolean [n, m] mask that causal attention applies: true where key j lies in the future of
+// query i (j > i), i.e. where it is excluded.
+Tensor future_mask(std::int64_t n, std::int64_t m, Device device = Device::cpu());
+
+// The checks every attention entry point runs on its arguments, with `op` naming it in the
+// error: defined query, key, value of one floating dtype and matching shapes, and an
+// excluded_mask (if defined) of dtype bool that broadcasts to [..., n, m].
+void check_attention_inputs(const char* op, const Tensor& query, const Tensor& key,
+                            const Tensor& value, const Tensor& excluded_mask);
 
 }  // namespace tinyformer

@@ -104,15 +104,15 @@ struct HandLayer {
   // x: [B, n, d] -> [B, n, d]
   torch::Tensor forward(const torch::Tensor& x) const {
     const std::int64_t b = x.size(0), n = x.size(1), d = x.size(2), dh = d / heads;
-    torch::Tensor q = torch::linear(x, wq, bq);  // [B, n, d]
-    torch::Tensor k = torch::linear(x, wk, bk);
-    torch::Tensor v = torch::linear(x, wv, bv);
+    torch::Tensor query = torch::linear(x, wq, bq);  // [B, n, d]
+    torch::Tensor key = torch::linear(x, wk, bk);
+    torch::Tensor value = torch::linear(x, wv, bv);
     std::int64_t rows = n;
     if (e.defined()) {
       // E is shared by the heads, so it is applied once to all of them: E (X W_K) as written in
       // the paper, before the heads are split.
-      k = torch::matmul(e, k);  // [B, k, d]
-      v = torch::matmul(e, v);
+      key = torch::matmul(e, key);  // [B, k, d], k = e.size(0) the rank
+      value = torch::matmul(e, value);
       rows = e.size(0);
     }
     auto split = [&](const torch::Tensor& t, std::int64_t r) {
@@ -120,8 +120,8 @@ struct HandLayer {
     };
     const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
     torch::Tensor scores =
-        torch::matmul(split(q, n) * scale, split(k, rows).transpose(-2, -1));  // [B, H, n, r]
-    torch::Tensor context = torch::matmul(torch::softmax(scores, -1), split(v, rows));
+        torch::matmul(split(query, n) * scale, split(key, rows).transpose(-2, -1));  // [B, H, n, r]
+    torch::Tensor context = torch::matmul(torch::softmax(scores, -1), split(value, rows));
     torch::Tensor attended =
         torch::linear(context.transpose(1, 2).reshape({b, n, d}), wo, bo);  // [B, n, d]
     torch::Tensor h = torch::layer_norm(x + attended, {d}, g1, beta1, 1e-5);

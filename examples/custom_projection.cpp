@@ -9,7 +9,8 @@
 
 using namespace tinyformer;
 
-// x: [B, H, n, d] -> [B, H, k, d] with K' = E[:, :n] K, E ~ N(0, 1/k) fixed.
+// x (the keys or the values): [B, H, n, d] -> [B, H, k, d] as x' = E[:, :n] x, with
+// E ~ N(0, 1/k) fixed.
 struct FixedGaussianProjection : nn::Projection {
   Tensor e;  // [k, max_seq_len], a buffer: saved with the model, never trained
 
@@ -43,7 +44,7 @@ int main() {
     const nn::ProjectionSpec spec{.k = k, .max_seq_len = n, .head_dim = d_model / heads};
     auto e = nn::make_projection("fixed_gaussian", spec);
     nn::LinformerAttention lin(d_model, heads, e, e);
-    lin.load_state_dict(full.state_dict(), /*strict=*/false);  // same q, k, v, out weights
+    lin.load_state_dict(full.state_dict(), /*strict=*/false);  // same q/k/v/out_proj weights
     lin.eval();
     Tensor diff = lin.forward(x) - reference;
     const double error =

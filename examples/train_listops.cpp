@@ -330,14 +330,14 @@ int run(int argc, char** argv) {
     epoch = order.epoch;
     // Padded to the longest expression of the batch, with [CLS] first.
     const nn::data::ListOpsBatch batch = nn::data::listops_batch(data.train, order.indices);
-    const Tensor tokens = batch.tokens.to(device);              // [B, L]
-    const Tensor padding_mask = batch.padding_mask.to(device);  // [B, L], true = padding
-    const Tensor labels = batch.labels.to(device);              // [B]
+    const Tensor tokens = batch.tokens.to(device);                  // [B, L]
+    const Tensor key_padding_mask = batch.padding_mask.to(device);  // [B, L], true = padding
+    const Tensor labels = batch.labels.to(device);                  // [B]
 
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = schedule.lr_at(step);
     optimizer.set_lr(lr);
-    const Tensor logits = model->forward(tokens, padding_mask);  // [B, 10]
+    const Tensor logits = model->forward(tokens, key_padding_mask);  // [B, 10]
     const Tensor loss = cross_entropy(logits, labels);
     optimizer.zero_grad();
     loss.backward();

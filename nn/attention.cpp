@@ -21,14 +21,15 @@ Attention::Attention(std::int64_t d_model, std::int64_t heads, double dropout, b
   out_proj = register_module("out_proj", std::make_shared<Linear>(d_model, d_model));
 }
 
-void Attention::check_input(const Tensor& x, const Tensor& padding_mask, const char* op) const {
+void Attention::check_input(const Tensor& x, const Tensor& key_padding_mask, const char* op) const {
   TF_CHECK(x.defined() && x.dim() == 3 && x.size(2) == d_model_, op, ": expected input [B, n, ",
            d_model_, "], got ", x.defined() ? shape_str(x.shape()) : "an undefined Tensor");
-  if (padding_mask.defined()) {
-    TF_CHECK(padding_mask.dtype() == DType::boolean && padding_mask.dim() == 2 &&
-                 padding_mask.size(0) == x.size(0) && padding_mask.size(1) == x.size(1),
-             op, ": expected a bool padding mask [", x.size(0), ", ", x.size(1), "], got ",
-             shape_str(padding_mask.shape()), " ", padding_mask.dtype());
+  if (key_padding_mask.defined()) {
+    TF_CHECK(key_padding_mask.dtype() == DType::boolean && key_padding_mask.dim() == 2 &&
+                 key_padding_mask.size(0) == x.size(0) && key_padding_mask.size(1) == x.size(1),
+             op, ": expected key_padding_mask of dtype bool and shape [", x.size(0), ", ",
+             x.size(1), "] (true = padding), got ", key_padding_mask.dtype(), " ",
+             shape_str(key_padding_mask.shape()));
   }
 }
 
@@ -40,20 +41,21 @@ Tensor Attention::merge_heads(const Tensor& x) const {
   return x.transpose(1, 2).reshape({x.size(0), x.size(2), d_model_});
 }
 
-Tensor Attention::attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                         bool causal) {
+Tensor Attention::attend(const Tensor& query, const Tensor& key, const Tensor& value,
+                         const Tensor& excluded_mask, bool causal) {
   Tensor probs;
   Tensor out;
   TF_CHECK(fused_ || !is_training() || dropout_ == 0.0, type_name(),
            ": attention dropout needs the fused path (set_fused(true))");
   if (fused_) {
-    out = fused_attention(q, k, v, mask,
+    out = fused_attention(query, key, value, excluded_mask,
                           {.causal = causal,
                            .dropout = dropout_,
                            .training = is_training(),
                            .probs = keep_ ? &probs : nullptr});
   } else {
-    out = functional::scaled_dot_product_attention(q, k, v, mask, causal, &probs);
+    out =
+        functional::scaled_dot_product_attention(query, key, value, excluded_mask, causal, &probs);
   }
   last_attention_ = keep_ && probs.defined() ? probs.detach() : Tensor();
   return out;
@@ -63,18 +65,16 @@ MultiHeadAttention::MultiHeadAttention(std::int64_t d_model, std::int64_t heads,
                                        bool fused)
     : Attention(d_model, heads, dropout, fused) {}
 
-Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor& padding_mask, bool causal) {
-  check_input(x, padding_mask, "MultiHeadAttention");
-  Tensor q = split_heads(q_proj->forward(x));  // [B, H, n, d_head]
-  Tensor k = split_heads(k_proj->forward(x));
-  Tensor v = split_heads(v_proj->forward(x));
-  // Keys at padded positions are masked out: [B, 1, 1, n], true where a key is real.
-  Tensor mask;
-  if (padding_mask.defined()) {
-    mask = eq(padding_mask, scalar_tensor(0.0, {.dtype = DType::boolean, .device = x.device()}))
-               .view({x.size(0), 1, 1, x.size(1)});
-  }
-  return out_proj->forward(merge_heads(attend(q, k, v, mask, causal)));
+Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor& key_padding_mask, bool causal) {
+  check_input(x, key_padding_mask, "MultiHeadAttention");
+  Tensor query = split_heads(q_proj->forward(x));  // [B, H, n, d_head]
+  Tensor key = split_heads(k_proj->forward(x));
+  Tensor value = split_heads(v_proj->forward(x));
+  // The key-padding mask is already an excluded mask; it applies to every head and query:
+  // [B, n] -> [B, 1, 1, n].
+  Tensor excluded;
+  if (key_padding_mask.defined()) excluded = key_padding_mask.view({x.size(0), 1, 1, x.size(1)});
+  return out_proj->forward(merge_heads(attend(query, key, value, excluded, causal)));
 }
 
 std::string MultiHeadAttention::extra_repr() const {
@@ -94,24 +94,26 @@ LinformerAttention::LinformerAttention(std::int64_t d_model, std::int64_t heads,
   value_projection = register_module("value_projection", std::move(value_proj));
 }
 
-Tensor LinformerAttention::forward(const Tensor& x, const Tensor& padding_mask, bool causal) {
+Tensor LinformerAttention::forward(const Tensor& x, const Tensor& key_padding_mask, bool causal) {
   TF_CHECK(!causal,
            "LinformerAttention: causal masks are not supported: each of the k projected rows "
            "mixes all n positions, so every query would see the future through them. Use "
            "MultiHeadAttention for causal (decoder) attention");
-  check_input(x, padding_mask, "LinformerAttention");
-  Tensor q = split_heads(q_proj->forward(x));  // [B, H, n, d_head]
-  Tensor k = split_heads(k_proj->forward(x));
-  Tensor v = split_heads(v_proj->forward(x));
-  if (padding_mask.defined()) {
-    // Zero the padded rows before projecting, so no padded value reaches the compressed rows.
-    Tensor pad = padding_mask.view({x.size(0), 1, x.size(1), 1});
-    k = masked_fill(k, pad, 0.0);
-    v = masked_fill(v, pad, 0.0);
+  check_input(x, key_padding_mask, "LinformerAttention");
+  Tensor query = split_heads(q_proj->forward(x));  // [B, H, n, d_head]
+  Tensor key = split_heads(k_proj->forward(x));
+  Tensor value = split_heads(v_proj->forward(x));
+  if (key_padding_mask.defined()) {
+    // Zero the padded rows before projecting, so no padded key or value reaches the compressed
+    // rows (and no projection may add a bias, for the same reason).
+    Tensor padded_rows = key_padding_mask.view({x.size(0), 1, x.size(1), 1});
+    key = masked_fill(key, padded_rows, 0.0);
+    value = masked_fill(value, padded_rows, 0.0);
   }
-  Tensor k_small = key_projection->forward(k);  // [B, H, k, d_head]
-  Tensor v_small = value_projection->forward(v);
-  return out_proj->forward(merge_heads(attend(q, k_small, v_small, Tensor(), false)));
+  Tensor key_compressed = key_projection->forward(key);  // [B, H, k, d_head]
+  Tensor value_compressed = value_projection->forward(value);
+  return out_proj->forward(
+      merge_heads(attend(query, key_compressed, value_compressed, Tensor(), false)));
 }
 
 std::string LinformerAttention::extra_repr() const {

@@ -1,7 +1,8 @@
 // Multi-head attention, full (MultiHeadAttention) and Linformer (LinformerAttention).
 //
-// Both take x: [B, n, d_model] and an optional padding mask [B, n] (bool, true at padded
-// positions, PyTorch's key_padding_mask convention), and return [B, n, d_model].
+// Both take x: [B, n, d_model] and an optional key_padding_mask [B, n] (bool, true at padded
+// positions: those keys are excluded, PyTorch's key_padding_mask convention), and return
+// [B, n, d_model]. Every boolean attention mask in tinyformer means the same: true = excluded.
 #pragma once
 
 #include <memory>
@@ -15,7 +16,8 @@ namespace tinyformer::nn {
 class Attention : public Module {
  public:
   Attention(std::int64_t d_model, std::int64_t heads, double dropout, bool fused);
-  virtual Tensor forward(const Tensor& x, const Tensor& padding_mask = {}, bool causal = false) = 0;
+  virtual Tensor forward(const Tensor& x, const Tensor& key_padding_mask = {},
+                         bool causal = false) = 0;
 
   // Keep the last forward's attention probabilities ([B, H, n, n], or [B, H, n, k] for
   // Linformer) for inspection; off by default because they cost memory.
@@ -34,9 +36,11 @@ class Attention : public Module {
   Tensor split_heads(const Tensor& x) const;
   // [B, H, n, d_head] -> [B, n, d_model]
   Tensor merge_heads(const Tensor& x) const;
-  // softmax(q k^T / sqrt(d)) v per head; mask: bool, true where attending is allowed.
-  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal);
-  void check_input(const Tensor& x, const Tensor& padding_mask, const char* op) const;
+  // softmax(query key^T / sqrt(d)) value per head; excluded_mask: bool, broadcastable to the
+  // scores [B, H, n, m], true where a query must not attend to a key.
+  Tensor attend(const Tensor& query, const Tensor& key, const Tensor& value,
+                const Tensor& excluded_mask, bool causal);
+  void check_input(const Tensor& x, const Tensor& key_padding_mask, const char* op) const;
 
   std::int64_t d_model_, heads_, head_dim_;
   double dropout_;
@@ -51,15 +55,17 @@ class MultiHeadAttention : public Attention {
  public:
   MultiHeadAttention(std::int64_t d_model, std::int64_t heads, double dropout = 0.0,
                      bool fused = true);
-  Tensor forward(const Tensor& x, const Tensor& padding_mask = {}, bool causal = false) override;
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask = {},
+                 bool causal = false) override;
   std::string type_name() const override { return "MultiHeadAttention"; }
   std::string extra_repr() const override;
 };
 
-// Linformer attention (LINFORMER.md section 2): keys and values are projected from n rows to k
-// rows before attention, so the cost is O(n k). Padded rows of K and V are zeroed before the
-// projection, so padding never reaches the k compressed rows. The projections may be shared
-// with other heads, with each other (key_projection == value_projection) and with other layers.
+// Linformer attention (docs/attention.md; the paper's section 4): keys and values are projected
+// from n rows to k rows before attention, so the cost is O(n k). Padded rows of the keys and
+// values are zeroed before the projection, so padding never reaches the k compressed rows. The
+// projections may be shared with other heads, with each other (key_projection == value_projection)
+// and with other layers.
 class LinformerAttention : public Attention {
  public:
   LinformerAttention(std::int64_t d_model, std::int64_t heads,
@@ -68,7 +74,8 @@ class LinformerAttention : public Attention {
                      bool fused = true);
   // A causal mask is an Error: every compressed row mixes all n positions, so the future would
   // leak into every query.
-  Tensor forward(const Tensor& x, const Tensor& padding_mask = {}, bool causal = false) override;
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask = {},
+                 bool causal = false) override;
   std::string type_name() const override { return "LinformerAttention"; }
   std::string extra_repr() const override;
 

@@ -16,8 +16,9 @@ namespace tinyformer::nn {
 
 enum class AttentionKind { full, linformer };
 
-// Which projection matrices are shared (LINFORMER.md section 4). For L layers and h heads the
-// linear kind has 2hL matrices (none), 2L (headwise), L (key_value) or 1 (layerwise).
+// Which projection matrices are shared (the paper's section 4; docs/attention.md). For L layers
+// and h heads the linear kind has 2hL matrices (none), 2L (headwise), L (key_value) or 1
+// (layerwise).
 enum class Sharing { none, headwise, key_value, layerwise };
 const char* sharing_name(Sharing sharing);
 

@@ -17,17 +17,18 @@ TransformerEncoderLayer::TransformerEncoderLayer(const EncoderConfig& config,
   norm2 = register_module("norm2", std::make_shared<LayerNorm>(config.d_model));
 }
 
-Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& padding_mask, bool causal) {
+Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& key_padding_mask,
+                                        bool causal) {
   const bool train = is_training();
   if (pre_norm_) {
     // x + Attn(LN(x)), then h + FF(LN(h))
-    Tensor h = add(
-        x, dropout(attention->forward(norm1->forward(x), padding_mask, causal), dropout_, train));
+    Tensor h = add(x, dropout(attention->forward(norm1->forward(x), key_padding_mask, causal),
+                              dropout_, train));
     return add(h, dropout(feed_forward->forward(norm2->forward(h)), dropout_, train));
   }
   // LN(x + Attn(x)), then LN(h + FF(h))
-  Tensor h =
-      norm1->forward(add(x, dropout(attention->forward(x, padding_mask, causal), dropout_, train)));
+  Tensor h = norm1->forward(
+      add(x, dropout(attention->forward(x, key_padding_mask, causal), dropout_, train)));
   return norm2->forward(add(h, dropout(feed_forward->forward(h), dropout_, train)));
 }
 
@@ -75,12 +76,12 @@ TransformerEncoder::TransformerEncoder(const EncoderConfig& config) : config_(co
     final_norm = register_module("final_norm", std::make_shared<LayerNorm>(config.d_model));
 }
 
-Tensor TransformerEncoder::forward(const Tensor& x, const Tensor& padding_mask, bool causal) {
+Tensor TransformerEncoder::forward(const Tensor& x, const Tensor& key_padding_mask, bool causal) {
   TF_CHECK(x.defined() && x.dim() == 3 && x.size(1) <= config_.max_seq_len,
            "TransformerEncoder: expected input [B, n <= ", config_.max_seq_len, ", ",
            config_.d_model, "], got ", x.defined() ? shape_str(x.shape()) : "an undefined Tensor");
   Tensor h = x;
-  for (const auto& layer : layers_) h = layer->forward(h, padding_mask, causal);
+  for (const auto& layer : layers_) h = layer->forward(h, key_padding_mask, causal);
   return final_norm ? final_norm->forward(h) : h;
 }
 

@@ -15,8 +15,9 @@ namespace tinyformer::nn {
 class TransformerEncoderLayer : public Module {
  public:
   TransformerEncoderLayer(const EncoderConfig& config, std::shared_ptr<Attention> attention);
-  // x: [B, n, d_model]; padding_mask: [B, n] bool (true = padded) or undefined.
-  Tensor forward(const Tensor& x, const Tensor& padding_mask = {}, bool causal = false);
+  // x: [B, n, d_model]; key_padding_mask: [B, n] bool, true at padding (those keys are
+  // excluded), or undefined.
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask = {}, bool causal = false);
   std::string type_name() const override { return "TransformerEncoderLayer"; }
   std::string extra_repr() const override { return pre_norm_ ? "pre-norm" : "post-norm"; }
 
@@ -32,7 +33,8 @@ class TransformerEncoderLayer : public Module {
 class TransformerEncoder : public Module {
  public:
   explicit TransformerEncoder(const EncoderConfig& config);
-  Tensor forward(const Tensor& x, const Tensor& padding_mask = {}, bool causal = false);
+  // As TransformerEncoderLayer::forward, through every layer.
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask = {}, bool causal = false);
   std::string type_name() const override { return "TransformerEncoder"; }
 
   const EncoderConfig& config() const { return config_; }

@@ -32,20 +32,21 @@ Tensor gelu_tanh(const Tensor& x) {
   return 0.5 * x * (1.0 + tanh(inner));
 }
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& mask, bool causal, Tensor* probs_out) {
-  TF_CHECK(q.defined() && k.defined() && v.defined() && q.dim() >= 2,
-           "scaled_dot_product_attention: expected q, k, v of at least 2 dims");
-  const double d = static_cast<double>(q.size(-1));
-  Tensor scores = matmul(q, k.transpose(-2, -1));
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& excluded_mask, bool causal, Tensor* probs_out) {
+  check_attention_inputs("scaled_dot_product_attention", query, key, value, excluded_mask);
+  const double d = static_cast<double>(query.size(-1));
+  Tensor scores = matmul(query, key.transpose(-2, -1));  // [..., n, m]
   scores = scores / std::sqrt(d);
-  const Tensor minus_inf = scalar_tensor(-std::numeric_limits<double>::infinity(),
-                                         {.dtype = q.dtype(), .device = q.device()});
-  if (mask.defined()) scores = where(mask, scores, minus_inf);
-  if (causal) scores = where(causal_mask(q.size(-2), k.size(-2), q.device()), scores, minus_inf);
+  const double minus_inf = -std::numeric_limits<double>::infinity();
+  if (excluded_mask.defined()) scores = masked_fill(scores, excluded_mask, minus_inf);
+  if (causal) {
+    scores =
+        masked_fill(scores, future_mask(query.size(-2), key.size(-2), query.device()), minus_inf);
+  }
   Tensor probs = functional::softmax(scores, -1);
   if (probs_out) *probs_out = probs;
-  return matmul(probs, v);
+  return matmul(probs, value);  // [..., n, dv]
 }
 
 }  // namespace tinyformer::nn::functional

@@ -16,14 +16,16 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 Tensor gelu_tanh(const Tensor& x);
 
 // Attention, step by step:
-//   scores = q k^T                   [..., n, m]
+//   scores = query key^T             [..., n, m]
 //   scores = scores / sqrt(d)
-//   scores = -inf where mask is false (mask: bool, broadcastable, true = may attend)
+//   scores = -inf where excluded_mask is true (bool, broadcastable to [..., n, m],
+//            true = query i must not attend to key j), and where j > i when causal
 //   probs  = softmax(scores)         [..., n, m]
-//   out    = probs v                 [..., n, dv]
-// If `probs_out` is set it receives probs.
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& mask = {}, bool causal = false,
+//   out    = probs value             [..., n, dv]
+// query: [..., n, d], key: [..., m, d], value: [..., m, dv]. The same arguments and checks as
+// fused_attention. If `probs_out` is set it receives probs.
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& excluded_mask = {}, bool causal = false,
                                     Tensor* probs_out = nullptr);
 
 }  // namespace tinyformer::nn::functional

@@ -66,12 +66,12 @@ std::vector<HeadSpectrum> attention_spectrum(const Tensor& probs) {
 
 std::vector<std::vector<HeadSpectrum>> encoder_spectrum(TransformerEncoder& encoder,
                                                         const Tensor& x,
-                                                        const Tensor& padding_mask) {
+                                                        const Tensor& key_padding_mask) {
   const auto layers = encoder.attention_layers();
   for (const auto& a : layers) a->keep_attention(true);
   {
     NoGradGuard no_grad;
-    encoder.forward(x, padding_mask);
+    encoder.forward(x, key_padding_mask);
   }
   std::vector<std::vector<HeadSpectrum>> out;
   for (const auto& a : layers) {

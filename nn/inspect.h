@@ -21,6 +21,6 @@ std::vector<HeadSpectrum> attention_spectrum(const Tensor& probs);
 // probabilities, and returns [layer][head] spectra.
 std::vector<std::vector<HeadSpectrum>> encoder_spectrum(TransformerEncoder& encoder,
                                                         const Tensor& x,
-                                                        const Tensor& padding_mask = {});
+                                                        const Tensor& key_padding_mask = {});
 
 }  // namespace tinyformer::nn

@@ -28,7 +28,7 @@ TokenEncoder::TokenEncoder(const EncoderConfig& config, std::int64_t vocab_size,
   encoder = register_module("encoder", std::make_shared<TransformerEncoder>(config));
 }
 
-Tensor TokenEncoder::forward(const Tensor& tokens, const Tensor& padding_mask) {
+Tensor TokenEncoder::forward(const Tensor& tokens, const Tensor& key_padding_mask) {
   TF_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.dtype() == DType::int64,
            "TokenEncoder: expected int64 tokens [B, n], got ",
            tokens.defined() ? shape_str(tokens.shape()) + " " + dtype_name(tokens.dtype())
@@ -37,7 +37,7 @@ Tensor TokenEncoder::forward(const Tensor& tokens, const Tensor& padding_mask) {
            tokens.size(1), " tokens, the model's max_seq_len is ", encoder->config().max_seq_len);
   Tensor h = token_embedding->forward(tokens);
   h = learned_positions ? learned_positions->forward(h) : sinusoidal_positions->forward(h);
-  return encoder->forward(dropout(h, dropout_, is_training()), padding_mask);
+  return encoder->forward(dropout(h, dropout_, is_training()), key_padding_mask);
 }
 
 MaskedLM::MaskedLM(const EncoderConfig& config, std::int64_t vocab_size, bool tie_weights,
@@ -52,8 +52,8 @@ MaskedLM::MaskedLM(const EncoderConfig& config, std::int64_t vocab_size, bool ti
   decoder_bias = register_parameter("decoder_bias", zeros({vocab_size}));
 }
 
-Tensor MaskedLM::forward(const Tensor& tokens, const Tensor& padding_mask) {
-  Tensor h = norm->forward(gelu(dense->forward(body->forward(tokens, padding_mask))));
+Tensor MaskedLM::forward(const Tensor& tokens, const Tensor& key_padding_mask) {
+  Tensor h = norm->forward(gelu(dense->forward(body->forward(tokens, key_padding_mask))));
   // Tied: logits = h E^T with the token embedding E [vocab, d_model].
   Tensor logits =
       decoder ? decoder->forward(h) : matmul(h, body->token_embedding->weight.transpose(0, 1));
@@ -69,17 +69,17 @@ SequenceClassifier::SequenceClassifier(const EncoderConfig& config, std::int64_t
   classifier = register_module("classifier", std::make_shared<Linear>(config.d_model, classes));
 }
 
-Tensor SequenceClassifier::forward(const Tensor& tokens, const Tensor& padding_mask) {
-  Tensor h = body->forward(tokens, padding_mask);  // [B, n, d]
+Tensor SequenceClassifier::forward(const Tensor& tokens, const Tensor& key_padding_mask) {
+  Tensor h = body->forward(tokens, key_padding_mask);  // [B, n, d]
   Tensor pooled;
   if (pooling_ == Pooling::cls) {
     pooled = h.select(1, 0);
-  } else if (!padding_mask.defined()) {
+  } else if (!key_padding_mask.defined()) {
     pooled = mean(h, {1});
   } else {
     // The mean over real positions: padded rows are zeroed and not counted.
     Tensor real =
-        eq(padding_mask, scalar_tensor(0.0, {.dtype = DType::boolean, .device = h.device()}))
+        eq(key_padding_mask, scalar_tensor(0.0, {.dtype = DType::boolean, .device = h.device()}))
             .to(h.dtype())
             .unsqueeze(2);  // [B, n, 1]
     pooled = div(sum(mul(h, real), {1}),

@@ -12,11 +12,13 @@ namespace tinyformer::nn {
 enum class PositionEncoding { learned, sinusoidal };
 
 // Token embedding + position encoding + dropout + encoder: tokens [B, n] -> [B, n, d_model].
+// key_padding_mask: [B, n] bool, true at padding (excluded as keys, and from mean pooling), or
+// undefined; the same in every model below.
 class TokenEncoder : public Module {
  public:
   TokenEncoder(const EncoderConfig& config, std::int64_t vocab_size,
                PositionEncoding positions = PositionEncoding::learned);
-  Tensor forward(const Tensor& tokens, const Tensor& padding_mask = {});
+  Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask = {});
   std::string type_name() const override { return "TokenEncoder"; }
 
   std::shared_ptr<Embedding> token_embedding;
@@ -36,7 +38,7 @@ class MaskedLM : public Module {
  public:
   MaskedLM(const EncoderConfig& config, std::int64_t vocab_size, bool tie_weights = true,
            PositionEncoding positions = PositionEncoding::learned);
-  Tensor forward(const Tensor& tokens, const Tensor& padding_mask = {});
+  Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask = {});
   std::string type_name() const override { return "MaskedLM"; }
 
   std::shared_ptr<TokenEncoder> body;
@@ -55,7 +57,7 @@ class SequenceClassifier : public Module {
   SequenceClassifier(const EncoderConfig& config, std::int64_t vocab_size, std::int64_t classes,
                      Pooling pooling = Pooling::mean,
                      PositionEncoding positions = PositionEncoding::learned);
-  Tensor forward(const Tensor& tokens, const Tensor& padding_mask = {});
+  Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask = {});
   std::string type_name() const override { return "SequenceClassifier"; }
 
   std::shared_ptr<TokenEncoder> body;

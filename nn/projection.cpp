@@ -103,7 +103,7 @@ std::vector<std::string> projection_names() {
   return names;
 }
 
-// --- linear: K' = E[:, :n] K ---
+// --- linear: x' = E[:, :n] x (x: the keys or the values) ---
 
 LinearProjection::LinearProjection(const ProjectionSpec& spec) {
   check_spec(spec, "LinearProjection");

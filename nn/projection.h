@@ -1,16 +1,16 @@
-// Linformer's sequence projections: maps keys or values from n rows to k rows
-// (LINFORMER.md section 3). One small interface, one class per kind, and a registry so that a
-// user adds a kind as one class plus one register_projection call.
+// Linformer's sequence projections: map the keys or the values x from n rows to k rows, k being
+// the rank (docs/attention.md, "Projection kinds"). One small interface, one class per kind,
+// and a registry so that a user adds a kind as one class plus one register_projection call.
 //
 // Every kind returns exactly k rows for every n <= max_seq_len:
-// - linear: K' = E[:, :n] K with a learned E in R^{k x max_seq_len} (N(0, 1/k) initially).
+// - linear: x' = E[:, :n] x with a learned E in R^{k x max_seq_len} (N(0, 1/k) initially).
 // - mean / max pooling: window = stride = w = ceil(n / k). The sequence is cut into k windows
 //   of w rows, the last ones partly or wholly beyond n; each output row is the mean (or max)
 //   of the real rows of its window, and 0 for a window with none.
 // - conv: a Conv1d over the sequence with kernel = stride = w = ceil(max_seq_len / k) and
 //   channels = head width, weights shared by the heads; the sequence is zero-padded at the end
 //   to k * w rows.
-// - identity: K' = K (k must equal n); for tests and teaching (it makes Linformer attention
+// - identity: x' = x (k must equal n); for tests and teaching (it makes Linformer attention
 //   exactly full attention).
 #pragma once
 

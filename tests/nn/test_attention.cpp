@@ -39,25 +39,33 @@ std::shared_ptr<nn::LinformerAttention> make_linformer(const std::string& kind, 
 }
 }  // namespace
 
+TEST_CASE("future_mask marks the keys causal attention excludes") {
+  // true where j > i: the keys in the future of query i.
+  CHECK(future_mask(3, 4).to_vector<bool>() == std::vector<bool>{false, true, true, true,   //
+                                                                 false, false, true, true,  //
+                                                                 false, false, false, true});
+}
+
 TEST_CASE("fused attention equals the textbook composition, forward and backward") {
   manual_seed(3);
-  Tensor q = randn64({2, 3, 5, 4}), k = randn64({2, 3, 6, 4}), v = randn64({2, 3, 6, 2});
-  Tensor mask = gt(rand({2, 1, 5, 6}), scalar_tensor(0.3)).contiguous();
-  // Every query keeps at least one key.
-  mask = where(causal_mask(5, 6), from<bool>({true}, {1}), mask);
+  Tensor query = randn64({2, 3, 5, 4}), key = randn64({2, 3, 6, 4}), value = randn64({2, 3, 6, 2});
+  Tensor excluded = le(rand({2, 1, 5, 6}), scalar_tensor(0.3)).contiguous();
+  // Every query keeps at least one key: only keys in its future may be excluded.
+  excluded = where(future_mask(5, 6), excluded, from<bool>({false}, {1}));
   for (bool causal : {false, true}) {
     for (bool with_mask : {false, true}) {
-      Tensor m = with_mask ? mask : Tensor();
-      Tensor a = fused_attention(q, k, v, m, {.causal = causal});
-      Tensor b = nn::functional::scaled_dot_product_attention(q, k, v, m, causal);
+      Tensor m = with_mask ? excluded : Tensor();
+      Tensor a = fused_attention(query, key, value, m, {.causal = causal});
+      Tensor b = nn::functional::scaled_dot_product_attention(query, key, value, m, causal);
       CHECK(max_abs_diff(a, b) < 1e-12);
       Tensor r = randn64({2, 3, 5, 2}, false);
       std::vector<std::vector<double>> grads;
       for (const Tensor& out : {a, b}) {
-        q.zero_grad(), k.zero_grad(), v.zero_grad();
+        query.zero_grad(), key.zero_grad(), value.zero_grad();
         sum(mul(out, r)).backward();
-        grads.push_back(cat({q.grad().flatten(), k.grad().flatten(), v.grad().flatten()}, 0)
-                            .to_vector<double>());
+        grads.push_back(
+            cat({query.grad().flatten(), key.grad().flatten(), value.grad().flatten()}, 0)
+                .to_vector<double>());
       }
       double diff = 0;
       for (std::size_t i = 0; i < grads[0].size(); ++i) {
@@ -69,24 +77,136 @@ TEST_CASE("fused attention equals the textbook composition, forward and backward
 }
 
 TEST_CASE("fused attention: gradient check, transposed inputs, errors") {
-  Tensor q = randn64({1, 2, 4, 3}), k = randn64({1, 2, 3, 5}), v = randn64({1, 2, 5, 2});
+  Tensor query = randn64({1, 2, 4, 3}), key_transposed = randn64({1, 2, 3, 5}),
+         value = randn64({1, 2, 5, 2});
   CHECK(gradcheck(
       [](const std::vector<Tensor>& in) {
         return fused_attention(in[0], in[1].transpose(-2, -1), in[2]);
       },
-      {q, k, v}));
-  Tensor q2 = randn64({1, 1, 4, 3}), k2 = randn64({1, 1, 4, 3}), v2 = randn64({1, 1, 4, 3});
+      {query, key_transposed, value}));
+  Tensor q2 = randn64({1, 1, 4, 3}), key2 = randn64({1, 1, 4, 3}), v2 = randn64({1, 1, 4, 3});
   CHECK(gradcheck(
       [](const std::vector<Tensor>& in) {
         return fused_attention(in[0], in[1], in[2], {}, {.causal = true});
       },
-      {q2, k2, v2}));
+      {q2, key2, v2}));
   CHECK_THROWS_WITH_AS(fused_attention(randn({1, 4, 3}), randn({1, 4, 2}), randn({1, 4, 3})),
-                       doctest::Contains("q and k differ in their last dim"), Error);
+                       doctest::Contains("query and key differ in their last dim"), Error);
   CHECK_THROWS_AS(fused_attention(randn({1, 4, 3}), randn({1, 4, 3}), randn({1, 5, 3})), Error);
-  CHECK_THROWS_AS(
-      fused_attention(randn({1, 4, 3}), randn({1, 4, 3}), randn({1, 4, 3}), ones({4, 4})),
-      Error);  // float mask
+}
+
+TEST_CASE("attention masks of the wrong dtype or shape are errors naming the op, both forms") {
+  using Sdpa = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&);
+  const std::pair<const char*, Sdpa> forms[] = {
+      {"fused_attention", [](const Tensor& q, const Tensor& key, const Tensor& v,
+                             const Tensor& m) { return fused_attention(q, key, v, m); }},
+      {"scaled_dot_product_attention",
+       [](const Tensor& q, const Tensor& key, const Tensor& v, const Tensor& m) {
+         return nn::functional::scaled_dot_product_attention(q, key, v, m);
+       }},
+  };
+  // Scores [2, 4, 5]: 2 batches, 4 queries, 5 keys.
+  Tensor query = randn({2, 4, 3}), key = randn({2, 5, 3}), value = randn({2, 5, 3});
+  for (const auto& form : forms) {
+    const char* op = form.first;
+    const Sdpa attend = form.second;
+    CAPTURE(op);
+    const std::string expected = std::string(op) + ": expected excluded_mask of dtype bool";
+    // A float mask (0/1 or additive) is refused, whatever its shape.
+    CHECK_THROWS_WITH_AS(
+        attend(query, key, value, ones({2, 1, 5})),
+        doctest::Contains((expected + " broadcastable to the scores [2, 4, 5] "
+                                      "(true = key excluded), got float32 [2, 1, 5]")
+                              .c_str()),
+        Error);
+    // A key-padding mask [B, m] must be given as [B, 1, m]: [2, 5] does not broadcast.
+    CHECK_THROWS_WITH_AS(attend(query, key, value, zeros({2, 5}, {.dtype = kBool})),
+                         doctest::Contains("got bool [2, 5]"), Error);
+    // A mask that would grow the scores (an extra leading dim) is refused too.
+    CHECK_THROWS_WITH_AS(attend(query, key, value, zeros({3, 2, 4, 5}, {.dtype = kBool})),
+                         doctest::Contains("got bool [3, 2, 4, 5]"), Error);
+    // The shapes that do fit: per key, per query and key, one for all.
+    for (const Shape& fits : {Shape{2, 1, 5}, Shape{2, 4, 5}, Shape{5}, Shape{1}}) {
+      CAPTURE(shape_str(fits));
+      CHECK(attend(query, key, value, zeros(fits, {.dtype = kBool})).shape() == Shape{2, 4, 3});
+    }
+  }
+}
+
+TEST_CASE("key padding: the module and the functional forms agree, and padded keys get weight 0") {
+  manual_seed(13);
+  const std::int64_t batch = 2, n = 6, d = 8, heads = 2;
+  nn::MultiHeadAttention mha(d, heads);
+  mha.eval();
+  mha.keep_attention(true);
+  Tensor x = randn({batch, n, d});
+  // true = padding: the last two keys of row 0, the last one of row 1.
+  Tensor key_padding_mask = from<bool>({false, false, false, false, true, true,  //
+                                        false, false, false, false, false, true},
+                                       {batch, n});
+  const auto padded = key_padding_mask.to_vector<bool>();
+  // Every probability a query gives a padded key is exactly 0; the real keys take all of it.
+  auto check_padded_keys_get_nothing = [&](const Tensor& probs) {
+    REQUIRE(probs.shape() == Shape{batch, heads, n, n});
+    const auto p = probs.to_vector<float>();
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t h = 0; h < heads; ++h) {
+        for (std::int64_t i = 0; i < n; ++i) {
+          float real_sum = 0;
+          for (std::int64_t j = 0; j < n; ++j) {
+            const float w = p[static_cast<std::size_t>(((b * heads + h) * n + i) * n + j)];
+            if (padded[static_cast<std::size_t>(b * n + j)]) {
+              CHECK(w == 0.0f);
+            } else {
+              CHECK(w > 0.0f);
+              real_sum += w;
+            }
+          }
+          CHECK(real_sum == doctest::Approx(1.0f).epsilon(1e-5));
+        }
+      }
+    }
+  };
+
+  // The same attention by hand: the module's projections, then each functional form with the
+  // key-padding mask as an excluded mask over [B, H, n, n].
+  auto split = [&](const Tensor& t) {
+    return t.view({batch, n, heads, d / heads}).transpose(1, 2);
+  };
+  Tensor query = split(mha.q_proj->forward(x)), key = split(mha.k_proj->forward(x)),
+         value = split(mha.v_proj->forward(x));
+  Tensor excluded = key_padding_mask.view({batch, 1, 1, n});
+  auto merge = [&](const Tensor& t) {
+    return mha.out_proj->forward(t.transpose(1, 2).reshape({batch, n, d}));
+  };
+  Tensor fused_probs, composite_probs;
+  Tensor by_fused = merge(fused_attention(query, key, value, excluded, {.probs = &fused_probs}));
+  Tensor by_composite = merge(nn::functional::scaled_dot_product_attention(
+      query, key, value, excluded, false, &composite_probs));
+  check_padded_keys_get_nothing(fused_probs);
+  check_padded_keys_get_nothing(composite_probs);
+  CHECK(max_abs_diff(by_fused, by_composite) < 1e-6);
+
+  for (bool fused : {true, false}) {
+    CAPTURE(fused);
+    mha.set_fused(fused);
+    Tensor y = mha.forward(x, key_padding_mask);
+    check_padded_keys_get_nothing(mha.last_attention());
+    CHECK(max_abs_diff(y, by_fused) < 1e-6);
+    // Not vacuous: without the mask the padded keys do get weight and the output changes.
+    Tensor unmasked = mha.forward(x);
+    CHECK(max_abs_diff(mha.last_attention(), fused_probs) > 1e-3);
+    CHECK(max_abs_diff(unmasked, y) > 1e-4);
+  }
+
+  // The module validates its mask and names what it expected.
+  CHECK_THROWS_WITH_AS(
+      mha.forward(x, ones({batch, n})),
+      doctest::Contains("MultiHeadAttention: expected key_padding_mask of dtype bool and shape "
+                        "[2, 6] (true = padding), got float32 [2, 6]"),
+      Error);
+  CHECK_THROWS_WITH_AS(mha.forward(x, zeros({batch, 1, 1, n}, {.dtype = kBool})),
+                       doctest::Contains("got bool [2, 1, 1, 6]"), Error);
 }
 
 TEST_CASE("MultiHeadAttention: padding never reaches real positions; causal hides the future") {
