@@ -1,4 +1,4 @@
-// Flags, configuration, checkpoint metadata and plots shared by the training programs.
+// Flags, configuration, run options and plots shared by the training programs.
 #include "train_common.h"
 
 #include <omp.h>
@@ -309,62 +309,28 @@ Metadata model_metadata(const ModelFlags& f) {
   return m;
 }
 
-std::string get(const Metadata& m, const std::string& key, const std::string& path) {
-  const auto it = m.find(key);
-  if (it == m.end()) {
-    throw UsageError("checkpoint '" + path + "' has no '" + key +
-                     "' entry: it was not written by this program; pass another --checkpoint");
-  }
-  return it->second;
+nn::TrainingRunOptions run_options(const RunFlags& f, const char* program, Device device,
+                                   std::vector<std::string> eval_columns) {
+  return {.program = program,
+          .steps = f.steps,
+          .stop_at = f.stop_at,
+          .checkpoint = f.checkpoint,
+          .resume = f.resume,
+          .checkpoint_every = f.checkpoint_every > 0 ? f.checkpoint_every : f.eval_every,
+          .eval_every = f.eval_every,
+          .log = f.log,
+          .log_every = f.log_every,
+          .eval_columns = std::move(eval_columns),
+          .device = device,
+          .progress = {}};
 }
 
-void check_resume(const Metadata& saved, const Metadata& current,
-                  const std::vector<std::string>& must_match, const std::string& path,
-                  const std::string& program) {
-  const std::string saved_program = get(saved, "program", path);
-  if (saved_program != program) {
-    throw UsageError("checkpoint '" + path + "' was written by " + saved_program + ", not " +
-                     program + "; pass another --checkpoint");
-  }
-  for (const std::string& key : must_match) {
-    const auto now = current.find(key);
-    if (now == current.end()) continue;
-    const auto then = saved.find(key);
-    const std::string flag = "--" + key.substr(key.find('.') + 1);
-    if (then == saved.end()) {
-      throw UsageError("checkpoint '" + path + "' has no " + flag +
-                       " setting; it is from "
-                       "another configuration: pass another --checkpoint or drop --resume");
-    }
-    if (then->second != now->second) {
-      throw UsageError("checkpoint '" + path + "' is from another configuration: " + flag + " " +
-                       then->second + " there, " + now->second +
-                       " now; pass the same flags to resume, or another --checkpoint");
-    }
-  }
-  for (const auto& [key, value] : current) {
-    if (key.rfind("config.", 0) != 0) continue;
-    const auto then = saved.find(key);
-    if (then != saved.end() && then->second != value) {
-      std::printf("note: --%s was %s in the checkpoint, now %s\n", key.substr(7).c_str(),
-                  then->second.c_str(), value.c_str());
-    }
-  }
-}
-
-std::string generator_state() {
-  return std::to_string(default_generator().seed()) + " " +
-         std::to_string(default_generator().offset());
-}
-
-void restore_generator(const std::string& state, const std::string& path) {
-  std::istringstream in(state);
-  std::uint64_t seed = 0, offset = 0;
-  if (!(in >> seed >> offset)) {
-    throw UsageError("checkpoint '" + path + "': unreadable generator state '" + state + "'");
-  }
-  default_generator().manual_seed(seed);
-  default_generator().set_offset(offset);
+int report_error(const char* program, const std::exception& error) {
+  // Bad input (flags, files, checkpoints) says what to do; anything else is a bug to report.
+  const bool expected = dynamic_cast<const UsageError*>(&error) != nullptr ||
+                        dynamic_cast<const tinyformer::Error*>(&error) != nullptr;
+  std::fprintf(stderr, "%s: %s%s\n", program, expected ? "" : "unexpected error: ", error.what());
+  return 1;
 }
 
 std::string run_name(const std::string& path) {
