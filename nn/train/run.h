@@ -56,30 +56,30 @@ class Loader;
 // The options mirror a training script's command-line flags; messages name those flags
 // (--checkpoint, --resume), and a metadata key "config.<name>" stands for the flag --<name>.
 struct TrainingRunOptions {
-  std::string program;       // recorded in checkpoints: another program's checkpoint is refused
+  std::string program{};     // recorded in checkpoints: another program's checkpoint is refused
   std::int64_t steps = 0;    // the run's length: the progress bar counts to it
   std::int64_t stop_at = 0;  // stop after this step as an interruption would (0: at steps)
-  std::string checkpoint;    // the checkpoint file; empty: no checkpoints
+  std::string checkpoint{};  // the checkpoint file; empty: no checkpoints
   bool resume = false;       // continue from `checkpoint`, which must exist
   std::int64_t checkpoint_every = 0;  // save every this many steps (0: only when the run ends)
   std::int64_t eval_every = 0;        // evaluation_due() every this many steps (0: never)
-  std::string log;                    // the CSV log; empty: none
+  std::string log{};                  // the CSV log; empty: none
   std::int64_t log_every = 10;        // a log row every this many steps, and at evaluations
   // The log's columns for report_evaluation's values, e.g. {"val_loss", "val_ppl"}. The log
   // reads: step, epoch, loss (mean since the last row), lr, grad_norm, these, tokens_per_s,
   // seconds.
-  std::vector<std::string> eval_columns;
+  std::vector<std::string> eval_columns{};
   Device device = Device::cpu();  // synchronized before a step's time is read
-  ProgressOptions progress;
+  ProgressOptions progress{};
 };
 
 // What one optimizer step measured.
 struct StepStats {
   double loss = 0;
   double lr = 0;
-  std::optional<double> grad_norm;  // before clipping; none when the gradients were not clipped
-  std::int64_t tokens = 0;          // tokens (positions) in the batch
-  std::int64_t epoch = 0;           // the epoch the batch came from
+  std::optional<double> grad_norm{};  // before clipping; none when the gradients were not clipped
+  std::int64_t tokens = 0;            // tokens (positions) in the batch
+  std::int64_t epoch = 0;             // the epoch the batch came from
 };
 
 class TrainingRun {
