@@ -1,6 +1,6 @@
 // What the training programs (train_mlm, train_listops) share: the model and training flags,
-// the encoder configuration and the nn::TrainingRun options built from them, and loss-curve
-// plots. The training loops themselves stay in each program's main, in plain sight.
+// the encoder configuration and the nn::TrainingRun options built from them. The training loops
+// themselves stay in each program's main, in plain sight.
 #pragma once
 
 #include <tinyformer/tinyformer.h>
@@ -87,16 +87,6 @@ Metadata model_metadata(const ModelFlags& flags);
 // with `eval_columns` as the log's evaluation columns.
 nn::TrainingRunOptions run_options(const RunFlags& flags, const char* program, Device device,
                                    std::vector<std::string> eval_columns);
-
-// Renders the CSV logs as one PNG with gnuplot: training loss on the left, `right_column`
-// (e.g. "val_ppl") on the right, one curve per log. Written to a temporary file and renamed,
-// so a failed plot leaves no partial image. Throws UsageError when gnuplot fails or a log
-// lacks a column.
-void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
-               const std::string& right_column, const std::string& right_label);
-
-// The file's name without directories and extension: the curve's title.
-std::string run_name(const std::string& path);
 
 // Prints "<program>: <message>" on stderr for an error that ends the program, and returns its
 // exit status, 1.

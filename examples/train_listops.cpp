@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
     if (!parsed) return 0;  // --help
     const Options& o = *parsed;
     if (!o.run.compare.empty()) {  // --plot with --compare only draws logs of earlier runs
-      train::plot_logs(o.run.plot, o.run.compare, "val_acc", "validation accuracy");
+      nn::plot_logs(o.run.plot, o.run.compare, "val_acc", "validation accuracy");
       std::printf("wrote %s (%zu runs)\n", o.run.plot.c_str(), o.run.compare.size());
       return 0;
     }
@@ -362,7 +362,7 @@ int main(int argc, char** argv) {
     }
     if (!o.run.checkpoint.empty()) std::printf("checkpoint: %s\n", o.run.checkpoint.c_str());
     if (!o.run.plot.empty()) {
-      train::plot_logs(o.run.plot, {o.run.log}, "val_acc", "validation accuracy");
+      nn::plot_logs(o.run.plot, {o.run.log}, "val_acc", "validation accuracy");
       std::printf("plot: %s\n", o.run.plot.c_str());
     }
     return 0;

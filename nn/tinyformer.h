@@ -28,5 +28,6 @@
 #include "nn/inspect/spectrum.h"
 #include "nn/io/checkpoint.h"
 #include "nn/io/safetensors.h"
+#include "nn/train/plot.h"
 #include "nn/train/progress.h"
 #include "nn/train/run.h"
