@@ -1,6 +1,6 @@
 // A resumable training run: what every training script repeats around its loop (resume from a
 // checkpoint, the step counter, the progress bar, the CSV log, periodic atomic checkpoints),
-// so that the script's main shows the loop itself and nothing else:
+// so that the script's main shows the loop itself (examples/train_mlm.cpp is the full script):
 //
 //   nn::TrainingRun run({.program = "train_mlm", .steps = 4000, .checkpoint = "run.safetensors",
 //                        .resume = resume, .checkpoint_every = 500, .eval_every = 500,
@@ -24,7 +24,7 @@
 //       const double val_loss = evaluate(...);
 //       run.report_evaluation({val_loss}, "validation loss ...");
 //     }
-//     run.log_and_checkpoint();
+//     run.log_and_checkpoint();  // the CSV row and the periodic checkpoint, when due
 //   }
 //   run.finish();  // the last checkpoint
 //
@@ -137,7 +137,7 @@ class TrainingRun {
   double elapsed_seconds() const;  // since the clock started, pauses included
 
  private:
-  void resume_from_checkpoint(const Metadata& saved_config, const std::vector<std::string>& keys);
+  void resume_from_checkpoint(const Metadata& current, const std::vector<std::string>& must_match);
   void write_row(double loss, double lr, double grad_norm, const std::vector<double>& values);
 
   TrainingRunOptions options_;
