@@ -2,7 +2,7 @@
 # our loops share one OpenMP thread pool instead of fighting over the cores) and OpenMP.
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(dnnl CONFIG REQUIRED)
-# JSON for the checkpoint headers (nn/checkpoint.cpp), linked privately: no installed header
+# JSON for the checkpoint headers (nn/io/safetensors.cpp), linked privately: no installed header
 # includes it.
 find_package(nlohmann_json 3 REQUIRED)
 

@@ -27,8 +27,9 @@ install(TARGETS ${tinyformer_export_targets} EXPORT tinyformerTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-# The public headers keep their layer folders: <tinyformer/core/tensor.h>, and the umbrella
-# <tinyformer/tinyformer.h>. Backend headers stay private.
+# The public headers keep their layer folders and sub-folders: <tinyformer/core/tensor.h>,
+# <tinyformer/nn/io/checkpoint.h>, and the umbrella <tinyformer/tinyformer.h>. Backend headers
+# stay private.
 foreach(layer core autograd nn)
   install(DIRECTORY ${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tinyformer/${layer}
     FILES_MATCHING PATTERN "*.h" PATTERN "*.def")

@@ -1,13 +1,11 @@
-// Flags, configuration, checkpoint metadata and plots shared by the training programs.
+// Flags, configuration, run options and plots shared by the training programs.
 #include "train_common.h"
 
 #include <omp.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -309,159 +307,28 @@ Metadata model_metadata(const ModelFlags& f) {
   return m;
 }
 
-std::string get(const Metadata& m, const std::string& key, const std::string& path) {
-  const auto it = m.find(key);
-  if (it == m.end()) {
-    throw UsageError("checkpoint '" + path + "' has no '" + key +
-                     "' entry: it was not written by this program; pass another --checkpoint");
-  }
-  return it->second;
+nn::TrainingRunOptions run_options(const RunFlags& f, const char* program, Device device,
+                                   std::vector<std::string> eval_columns) {
+  return {.program = program,
+          .steps = f.steps,
+          .stop_at = f.stop_at,
+          .checkpoint = f.checkpoint,
+          .resume = f.resume,
+          .checkpoint_every = f.checkpoint_every > 0 ? f.checkpoint_every : f.eval_every,
+          .eval_every = f.eval_every,
+          .log = f.log,
+          .log_every = f.log_every,
+          .eval_columns = std::move(eval_columns),
+          .device = device,
+          .progress = {}};
 }
 
-void check_resume(const Metadata& saved, const Metadata& current,
-                  const std::vector<std::string>& must_match, const std::string& path,
-                  const std::string& program) {
-  const std::string saved_program = get(saved, "program", path);
-  if (saved_program != program) {
-    throw UsageError("checkpoint '" + path + "' was written by " + saved_program + ", not " +
-                     program + "; pass another --checkpoint");
-  }
-  for (const std::string& key : must_match) {
-    const auto now = current.find(key);
-    if (now == current.end()) continue;
-    const auto then = saved.find(key);
-    const std::string flag = "--" + key.substr(key.find('.') + 1);
-    if (then == saved.end()) {
-      throw UsageError("checkpoint '" + path + "' has no " + flag +
-                       " setting; it is from "
-                       "another configuration: pass another --checkpoint or drop --resume");
-    }
-    if (then->second != now->second) {
-      throw UsageError("checkpoint '" + path + "' is from another configuration: " + flag + " " +
-                       then->second + " there, " + now->second +
-                       " now; pass the same flags to resume, or another --checkpoint");
-    }
-  }
-  for (const auto& [key, value] : current) {
-    if (key.rfind("config.", 0) != 0) continue;
-    const auto then = saved.find(key);
-    if (then != saved.end() && then->second != value) {
-      std::printf("note: --%s was %s in the checkpoint, now %s\n", key.substr(7).c_str(),
-                  then->second.c_str(), value.c_str());
-    }
-  }
-}
-
-std::string generator_state() {
-  return std::to_string(default_generator().seed()) + " " +
-         std::to_string(default_generator().offset());
-}
-
-void restore_generator(const std::string& state, const std::string& path) {
-  std::istringstream in(state);
-  std::uint64_t seed = 0, offset = 0;
-  if (!(in >> seed >> offset)) {
-    throw UsageError("checkpoint '" + path + "': unreadable generator state '" + state + "'");
-  }
-  default_generator().manual_seed(seed);
-  default_generator().set_offset(offset);
-}
-
-std::string run_name(const std::string& path) {
-  return fs::path(path).stem().string();
-}
-
-namespace {
-
-// A string literal for gnuplot: single quotes, a quote written twice.
-std::string gp_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
-// The same for the shell.
-std::string sh_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-std::vector<std::string> csv_header(const std::string& csv) {
-  std::ifstream in(csv);
-  if (!in.is_open()) throw UsageError("--plot: cannot read the log '" + csv + "'; check the path");
-  std::string header;
-  std::getline(in, header);
-  if (!header.empty() && header.back() == '\r') header.pop_back();
-  return split(header, ',');
-}
-
-}  // namespace
-
-void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
-               const std::string& right_column, const std::string& right_label) {
-  if (csvs.empty()) throw UsageError("--plot: no logs to plot; pass --compare CSV...");
-  for (const std::string& csv : csvs) {
-    const auto columns = csv_header(csv);
-    for (const std::string& needed : {std::string("step"), std::string("loss"), right_column}) {
-      if (std::find(columns.begin(), columns.end(), needed) == columns.end()) {
-        throw UsageError("--plot: the log '" + csv + "' has no '" + needed +
-                         "' column; pass logs written by this program's --log");
-      }
-    }
-  }
-  const std::string tmp_png = png + ".tmp." + std::to_string(::getpid()) + ".png";
-  const fs::path script =
-      fs::temp_directory_path() / ("tinyformer-plot-" + std::to_string(::getpid()) + ".gp");
-  {
-    std::ofstream gp(script);
-    if (!gp.is_open()) throw UsageError("--plot: cannot write " + script.string());
-    gp << "set terminal pngcairo size 1400,560 font ',10'\n"
-       << "set output " << gp_quote(tmp_png) << "\n"
-       << "set datafile separator ','\nset datafile columnheaders\n"
-       << "set grid\nset key top right\nset xlabel 'step'\n"
-       << "set multiplot layout 1,2\n"
-       << "set title 'training loss'\nset ylabel 'loss (nats)'\n";
-    // gnuplot cycles through 8 colours; later runs get dashed lines so no two curves look alike.
-    auto plot = [&](const std::string& column, const char* style) {
-      gp << "plot ";
-      for (std::size_t i = 0; i < csvs.size(); ++i) {
-        gp << (i ? ", \\\n     " : "") << gp_quote(csvs[i]) << " using (column('step')):(column("
-           << gp_quote(column) << ")) with " << style << " lw 1.5 lt " << i % 8 + 1 << " dt "
-           << i / 8 + 1 << " title " << gp_quote(run_name(csvs[i]));
-      }
-      gp << "\n";
-    };
-    plot("loss", "lines");
-    // One legend, on the left where the curves have fallen away from the top right corner.
-    gp << "unset key\n";
-    gp << "set title " << gp_quote(right_label) << "\nset ylabel " << gp_quote(right_label) << "\n";
-    plot(right_column, "linespoints pt 7 ps 0.6");
-    gp << "unset multiplot\n";
-  }
-  const std::string command = "gnuplot " + sh_quote(script.string()) + " 2>&1";
-  std::string output;
-  int status = -1;
-  if (std::FILE* pipe = ::popen(command.c_str(), "r")) {
-    char buffer[512];
-    while (std::fgets(buffer, sizeof buffer, pipe)) output += buffer;
-    status = ::pclose(pipe);
-  }
-  std::error_code ec;
-  fs::remove(script, ec);
-  if (status != 0) {
-    fs::remove(tmp_png, ec);
-    std::string first = output.substr(0, output.find('\n'));
-    if (status == 127 * 256 || first.find("not found") != std::string::npos) {
-      first = "gnuplot is not installed (apt-get install gnuplot-nox)";
-    }
-    throw UsageError("--plot: gnuplot failed: " + (first.empty() ? "no output" : first));
-  }
-  fs::rename(tmp_png, png, ec);
-  if (ec) {
-    fs::remove(tmp_png, ec);
-    throw UsageError("--plot: cannot write '" + png + "'; check that its directory exists");
-  }
+int report_error(const char* program, const std::exception& error) {
+  // Bad input (flags, files, checkpoints) says what to do; anything else is a bug to report.
+  const bool expected = dynamic_cast<const UsageError*>(&error) != nullptr ||
+                        dynamic_cast<const tinyformer::Error*>(&error) != nullptr;
+  std::fprintf(stderr, "%s: %s%s\n", program, expected ? "" : "unexpected error: ", error.what());
+  return 1;
 }
 
 }  // namespace train

@@ -1,6 +1,6 @@
 // What the training programs (train_mlm, train_listops) share: the model and training flags,
-// the encoder configuration built from them, checkpoint metadata checks, and loss-curve plots.
-// The training loops themselves stay in each program, in plain sight.
+// the encoder configuration and the nn::TrainingRun options built from them. The training loops
+// themselves stay in each program's main, in plain sight.
 #pragma once
 
 #include <tinyformer/tinyformer.h>
@@ -83,28 +83,13 @@ void put(Metadata& metadata, const std::string& key, const std::string& value);
 void put(Metadata& metadata, const std::string& key, double value);
 void put(Metadata& metadata, const std::string& key, std::int64_t value);
 Metadata model_metadata(const ModelFlags& flags);
-// The value of `key`, or a UsageError naming the checkpoint when it is missing.
-std::string get(const Metadata& metadata, const std::string& key, const std::string& path);
+// The TrainingRun options these flags ask for: its checkpoints, log and evaluation interval,
+// with `eval_columns` as the log's evaluation columns.
+nn::TrainingRunOptions run_options(const RunFlags& flags, const char* program, Device device,
+                                   std::vector<std::string> eval_columns);
 
-// For a resumed run: every key of `must_match` present in `current` must have the same value
-// in the checkpoint's metadata (else a UsageError naming the flag and both values); other
-// "config." keys that differ are printed as notes ("--lr 0.001 in the checkpoint, now 0.0005").
-void check_resume(const Metadata& saved, const Metadata& current,
-                  const std::vector<std::string>& must_match, const std::string& path,
-                  const std::string& program);
-
-// The dropout generator's position, so a resumed run draws the same dropout masks.
-std::string generator_state();
-void restore_generator(const std::string& state, const std::string& path);
-
-// Renders the CSV logs as one PNG with gnuplot: training loss on the left, `right_column`
-// (e.g. "val_ppl") on the right, one curve per log. Written to a temporary file and renamed,
-// so a failed plot leaves no partial image. Throws UsageError when gnuplot fails or a log
-// lacks a column.
-void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
-               const std::string& right_column, const std::string& right_label);
-
-// The file's name without directories and extension: the curve's title.
-std::string run_name(const std::string& path);
+// Prints "<program>: <message>" on stderr for an error that ends the program, and returns its
+// exit status, 1.
+int report_error(const char* program, const std::exception& error);
 
 }  // namespace train

@@ -22,7 +22,6 @@
 #include <tinyformer/tinyformer.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -174,322 +173,272 @@ double evaluate(nn::MaskedLM& model, const ValidationSet& set, Device device) {
   return total / static_cast<double>(set.targets);
 }
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-int run(int argc, char** argv) {
-  // The defaults, chosen by measurement, train for a few minutes on 2 CPU cores and reach less
-  // than half the unigram perplexity (see the file comment).
-  train::ModelFlags model_flags;
-  model_flags.projection = "mean";
-  model_flags.d_model = 64;
-  model_flags.d_ff = 256;
-  model_flags.dropout = 0.0;  // a few passes over the corpus at most: no overfitting to fight
-  train::RunFlags run_flags;
-  run_flags.steps = 4000;
-  run_flags.batch = 16;
-  run_flags.lr = 3e-3;
-  run_flags.eval_every = 500;
-  run_flags.checkpoint = "train_mlm.safetensors";
+// The command line: the shared model and run flags plus the masked-LM ones.
+struct Options {
+  train::ModelFlags model;
+  train::RunFlags run;
   std::string data = kDefaultCorpus;
   std::int64_t seq_len = 128;
   std::int64_t eval_sequences = 256;
   double val_fraction = 0.05;
   std::string positions = "learned";
   nn::data::MlmConfig mlm;  // BERT's recipe: 15% of the bytes picked, 80/10/10
+};
+
+// Parses and checks the command line; nullopt when --help was printed.
+std::optional<Options> parse_options(int argc, char** argv) {
+  // The defaults, chosen by measurement, train for a few minutes on 2 CPU cores and reach less
+  // than half the unigram perplexity (see the file comment).
+  Options o;
+  o.model.projection = "mean";
+  o.model.d_model = 64;
+  o.model.d_ff = 256;
+  o.model.dropout = 0.0;  // a few passes over the corpus at most: no overfitting to fight
+  o.run.steps = 4000;
+  o.run.batch = 16;
+  o.run.lr = 3e-3;
+  o.run.eval_every = 500;
+  o.run.checkpoint = "train_mlm.safetensors";
 
   CLI::App app{"Masked-LM pretraining on text with full or Linformer attention", kProgram};
-  app.add_option("--data", data, "A text file, or a directory of text files")
+  app.add_option("--data", o.data, "A text file, or a directory of text files")
       ->capture_default_str();
-  app.add_option("--seq-len", seq_len, "Tokens (bytes) per training sequence: n")
+  app.add_option("--seq-len", o.seq_len, "Tokens (bytes) per training sequence: n")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--eval-sequences", eval_sequences, "Validation sequences per evaluation")
+  app.add_option("--eval-sequences", o.eval_sequences, "Validation sequences per evaluation")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--val-fraction", val_fraction, "Share of the text held out for validation")
+  app.add_option("--val-fraction", o.val_fraction, "Share of the text held out for validation")
       ->check(CLI::Range(0.001, 0.5))
       ->capture_default_str();
-  app.add_option("--mask-prob", mlm.mask_prob, "Share of the bytes picked as masked-LM targets")
+  app.add_option("--mask-prob", o.mlm.mask_prob, "Share of the bytes picked as masked-LM targets")
       ->check(CLI::Range(0.01, 0.9))
       ->capture_default_str();
-  app.add_option("--positions", positions, "Position encoding: learned or sinusoidal")
+  app.add_option("--positions", o.positions, "Position encoding: learned or sinusoidal")
       ->check(CLI::IsMember({"learned", "sinusoidal"}))
       ->capture_default_str();
-  train::add_model_flags(app, model_flags);
-  train::add_run_flags(app, run_flags);
+  train::add_model_flags(app, o.model);
+  train::add_run_flags(app, o.run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    app.exit(e);
+    return std::nullopt;
   } catch (const CLI::ParseError& e) {
     throw UsageError(std::string(e.what()) + "; run with --help for the options");
   }
-  if (run_flags.checkpoint == "none") run_flags.checkpoint.clear();
-  train::check_run_flags(run_flags);
-
-  // --plot with --compare only draws logs of earlier runs.
-  if (!run_flags.compare.empty()) {
-    train::plot_logs(run_flags.plot, run_flags.compare, "val_ppl", "validation perplexity");
-    std::printf("wrote %s (%zu runs)\n", run_flags.plot.c_str(), run_flags.compare.size());
-    return 0;
-  }
-  if (run_flags.warmup >= run_flags.steps) {
+  if (o.run.checkpoint == "none") o.run.checkpoint.clear();
+  train::check_run_flags(o.run);
+  if (o.run.compare.empty() && o.run.warmup >= o.run.steps) {
     std::printf("note: --warmup %lld is not below --steps %lld; warming up over %lld steps\n",
-                static_cast<long long>(run_flags.warmup), static_cast<long long>(run_flags.steps),
-                static_cast<long long>(run_flags.steps / 10));
-    run_flags.warmup = run_flags.steps / 10;
+                static_cast<long long>(o.run.warmup), static_cast<long long>(o.run.steps),
+                static_cast<long long>(o.run.steps / 10));
+    o.run.warmup = o.run.steps / 10;
   }
+  return o;
+}
 
-  // --- Configuration, device, data: everything is checked before anything is written. ---
-  const nn::EncoderConfig config = train::encoder_config(model_flags, seq_len);
-  const Device device = train::setup_device(run_flags);
-  train::check_writable(run_flags.checkpoint, "--checkpoint");
-  train::check_writable(run_flags.log, "--log");
+// What the run trains and validates on.
+struct Data {
+  Corpus corpus;
+  nn::data::TokenChunks train;
+  ValidationSet validation;
+  double baseline = 0;      // the unigram model's loss on the training text
+  double val_baseline = 0;  // and on the validation text
+};
 
-  const Corpus corpus = load_corpus(data, val_fraction);
-  if (corpus.bytes < 4 * static_cast<std::size_t>(seq_len)) {
-    throw UsageError("--data " + data + " holds " + std::to_string(corpus.bytes) +
-                     " bytes, too little for sequences of " + std::to_string(seq_len) +
+// Reads the corpus and cuts it into sequences; a UsageError when it is too short.
+Data load_data(const Options& o) {
+  Corpus corpus = load_corpus(o.data, o.val_fraction);
+  if (corpus.bytes < 4 * static_cast<std::size_t>(o.seq_len)) {
+    throw UsageError("--data " + o.data + " holds " + std::to_string(corpus.bytes) +
+                     " bytes, too little for sequences of " + std::to_string(o.seq_len) +
                      " bytes; pass a longer text or a smaller --seq-len");
   }
   const nn::data::TextSplit& split = corpus.split;
-  const nn::data::TokenChunks train_data(ByteTokenizer::encode(split.train), seq_len);
-  const nn::data::TokenChunks val_data(ByteTokenizer::encode(split.validation), seq_len);
-  if (train_data.size() < run_flags.batch || val_data.size() == 0) {
-    throw UsageError("--data " + data + ": " + std::to_string(train_data.size()) +
-                     " training and " + std::to_string(val_data.size()) +
-                     " validation sequences of " + std::to_string(seq_len) +
-                     " bytes are too few for --batch " + std::to_string(run_flags.batch) +
+  nn::data::TokenChunks train_chunks(ByteTokenizer::encode(split.train), o.seq_len);
+  const nn::data::TokenChunks val_chunks(ByteTokenizer::encode(split.validation), o.seq_len);
+  if (train_chunks.size() < o.run.batch || val_chunks.size() == 0) {
+    throw UsageError("--data " + o.data + ": " + std::to_string(train_chunks.size()) +
+                     " training and " + std::to_string(val_chunks.size()) +
+                     " validation sequences of " + std::to_string(o.seq_len) +
+                     " bytes are too few for --batch " + std::to_string(o.run.batch) +
                      "; pass a longer text, or lower --seq-len or --batch");
   }
-  const ValidationSet validation =
-      make_validation(val_data, eval_sequences, run_flags.batch, mlm, run_flags.seed);
+  ValidationSet validation =
+      make_validation(val_chunks, o.eval_sequences, o.run.batch, o.mlm, o.run.seed);
   const double baseline = unigram_cross_entropy(split.train, split.train);
   const double val_baseline = unigram_cross_entropy(split.train, split.validation);
+  return {std::move(corpus), std::move(train_chunks), std::move(validation), baseline,
+          val_baseline};
+}
 
-  // --- Model, optimizer, schedule, data order. ---
-  manual_seed(run_flags.seed);
-  auto model = std::make_shared<nn::MaskedLM>(
-      config, ByteTokenizer::vocab_size, /*tie_weights=*/true,
-      positions == "learned" ? nn::PositionEncoding::learned : nn::PositionEncoding::sinusoidal);
-  model->to(device);
-  nn::optim::AdamW optimizer(nn::optim::decay_groups(*model, run_flags.weight_decay),
-                             {.lr = run_flags.lr, .weight_decay = run_flags.weight_decay});
-  const nn::optim::WarmupCosine schedule(run_flags.lr, run_flags.warmup, run_flags.steps,
-                                         run_flags.lr / 10);
-  nn::data::Loader loader(
-      train_data.size(),
-      {.batch_size = run_flags.batch, .shuffle = true, .drop_last = true, .seed = run_flags.seed});
-
-  // What the checkpoint records; the keys in must_match decide whether it can be resumed.
-  train::Metadata meta = train::model_metadata(model_flags);
-  train::put(meta, "program", std::string(kProgram));
-  train::put(meta, "config.positions", positions);
-  train::put(meta, "config.mask-prob", mlm.mask_prob);
-  train::put(meta, "config.seq-len", seq_len);
+// What the checkpoint records about the run. A run resumes only when the keys of kMustMatch
+// agree: the model's shape and the data it sees.
+nn::Metadata run_metadata(const Options& o, const nn::EncoderConfig& config, const Data& data) {
+  train::Metadata meta = train::model_metadata(o.model);
+  train::put(meta, "config.positions", o.positions);
+  train::put(meta, "config.mask-prob", o.mlm.mask_prob);
+  train::put(meta, "config.seq-len", o.seq_len);
   train::put(meta, "config.max-seq-len", config.max_seq_len);
-  train::put(meta, "config.batch", run_flags.batch);
-  train::put(meta, "config.seed", static_cast<std::int64_t>(run_flags.seed));
-  train::put(meta, "config.val-fraction", val_fraction);
-  train::put(meta, "config.steps", run_flags.steps);
-  train::put(meta, "config.lr", run_flags.lr);
-  train::put(meta, "config.warmup", run_flags.warmup);
-  train::put(meta, "config.weight-decay", run_flags.weight_decay);
-  train::put(meta, "config.clip", run_flags.clip);
-  train::put(meta, "data.bytes", static_cast<std::int64_t>(split.train.size()));
-  train::put(meta, "data.fingerprint", fingerprint(split.train));
-  const std::vector<std::string> must_match = {
-      "config.attention", "config.k",         "config.projection",   "config.sharing",
-      "config.layers",    "config.d-model",   "config.heads",        "config.d-ff",
-      "config.positions", "config.mask-prob", "config.seq-len",      "config.max-seq-len",
-      "config.batch",     "config.seed",      "config.val-fraction", "data.bytes",
-      "data.fingerprint"};
+  train::put(meta, "config.batch", o.run.batch);
+  train::put(meta, "config.seed", static_cast<std::int64_t>(o.run.seed));
+  train::put(meta, "config.val-fraction", o.val_fraction);
+  train::put(meta, "config.steps", o.run.steps);
+  train::put(meta, "config.lr", o.run.lr);
+  train::put(meta, "config.warmup", o.run.warmup);
+  train::put(meta, "config.weight-decay", o.run.weight_decay);
+  train::put(meta, "config.clip", o.run.clip);
+  train::put(meta, "data.bytes", static_cast<std::int64_t>(data.corpus.split.train.size()));
+  train::put(meta, "data.fingerprint", fingerprint(data.corpus.split.train));
+  return meta;
+}
+const std::vector<std::string> kMustMatch = {
+    "config.attention", "config.k",         "config.projection",   "config.sharing",
+    "config.layers",    "config.d-model",   "config.heads",        "config.d-ff",
+    "config.positions", "config.mask-prob", "config.seq-len",      "config.max-seq-len",
+    "config.batch",     "config.seed",      "config.val-fraction", "data.bytes",
+    "data.fingerprint"};
 
-  std::int64_t step = 0;  // optimizer steps taken
-  if (run_flags.resume) {
-    if (!fs::exists(run_flags.checkpoint)) {
-      throw UsageError("--resume: no checkpoint at " + run_flags.checkpoint +
-                       "; run without --resume to start training");
-    }
-    const nn::Metadata saved = nn::load_safetensors(run_flags.checkpoint).metadata;
-    train::check_resume(saved, meta, must_match, run_flags.checkpoint, kProgram);
-    nn::load_checkpoint(run_flags.checkpoint, *model, &optimizer);
-    step = std::stoll(train::get(saved, "step", run_flags.checkpoint));
-    loader.load_state(
-        nn::data::LoaderState::parse(train::get(saved, "loader", run_flags.checkpoint)));
-    train::restore_generator(train::get(saved, "generator", run_flags.checkpoint),
-                             run_flags.checkpoint);
-  }
-
+void print_setup(const Options& o, const nn::EncoderConfig& config, const Data& data,
+                 const nn::MaskedLM& model, Device device, const nn::data::Loader& loader,
+                 const nn::TrainingRun& run) {
+  const Corpus& corpus = data.corpus;
   std::printf("corpus: %s (%lld file%s, %zu bytes): %zu for training, %zu for validation\n",
-              data.c_str(), static_cast<long long>(corpus.files), corpus.files == 1 ? "" : "s",
-              corpus.bytes, split.train.size(), split.validation.size());
+              o.data.c_str(), static_cast<long long>(corpus.files), corpus.files == 1 ? "" : "s",
+              corpus.bytes, corpus.split.train.size(), corpus.split.validation.size());
   std::printf("model: MaskedLM, %s, %lld parameters, on %s\n", train::describe(config).c_str(),
-              static_cast<long long>(model->num_parameters()), device.str().c_str());
+              static_cast<long long>(model.num_parameters()), device.str().c_str());
   std::printf(
       "data: %lld sequences of %lld bytes, batch %lld (%lld steps per epoch); "
       "validation: %lld sequences, %lld masked bytes\n",
-      static_cast<long long>(train_data.size()), static_cast<long long>(seq_len),
-      static_cast<long long>(run_flags.batch), static_cast<long long>(loader.batches_per_epoch()),
-      static_cast<long long>(validation.sequences), static_cast<long long>(validation.targets));
+      static_cast<long long>(data.train.size()), static_cast<long long>(o.seq_len),
+      static_cast<long long>(o.run.batch), static_cast<long long>(loader.batches_per_epoch()),
+      static_cast<long long>(data.validation.sequences),
+      static_cast<long long>(data.validation.targets));
   std::printf(
       "unigram baseline (a model that ignores context): %.4f nats per byte = perplexity "
       "%.2f on the training text, %.4f = perplexity %.2f on the validation text\n",
-      baseline, std::exp(baseline), val_baseline, std::exp(val_baseline));
-  if (run_flags.resume) {
-    std::printf("resumed from %s at step %lld\n", run_flags.checkpoint.c_str(),
-                static_cast<long long>(step));
+      data.baseline, std::exp(data.baseline), data.val_baseline, std::exp(data.val_baseline));
+  if (run.resumed()) {
+    std::printf("resumed from %s at step %lld\n", o.run.checkpoint.c_str(),
+                static_cast<long long>(run.step()));
   }
-
-  std::optional<nn::CsvLogger> log;
-  const std::vector<std::string> columns = {
-      "step", "epoch", "loss", "lr", "grad_norm", "val_loss", "val_ppl", "tokens_per_s", "seconds"};
-  if (!run_flags.log.empty()) {
-    log = run_flags.resume
-              ? nn::CsvLogger::resume(run_flags.log, columns, static_cast<double>(step))
-              : nn::CsvLogger(run_flags.log, columns);
-  }
-
-  auto save = [&](std::int64_t at_step) {
-    train::Metadata m = meta;
-    train::put(m, "step", at_step);
-    train::put(m, "loader", loader.state().to_string());
-    train::put(m, "generator", train::generator_state());
-    nn::save_checkpoint(run_flags.checkpoint, *model, &optimizer, m);
-  };
-
-  // --- The training loop. ---
-  const std::int64_t last_step = run_flags.stop_at > 0 ? run_flags.stop_at : run_flags.steps;
-  const std::int64_t checkpoint_every =
-      run_flags.checkpoint_every > 0 ? run_flags.checkpoint_every : run_flags.eval_every;
-  const std::int64_t tokens_per_step = run_flags.batch * seq_len;
-  const std::vector<Tensor> params = model->parameters();
-  const auto start = std::chrono::steady_clock::now();
-  nn::ProgressBar progress(run_flags.steps, std::min(step, run_flags.steps));
-  double compute_seconds = 0;  // forward + backward + optimizer step only
-  double window_loss = 0, smoothed_loss = NAN, first_loss = NAN, grad_norm = 0;
-  std::int64_t window_steps = 0, steps_this_run = 0, epoch = 0;
-
-  while (step < last_step) {
-    const nn::data::LoaderBatch order = loader.next();
-    epoch = order.epoch;
-    // Masks are drawn from (seed, epoch, example): a resumed run redraws them exactly.
-    const nn::data::MlmBatch batch =
-        nn::data::mlm_batch(train_data, order.indices, mlm, run_flags.seed, order.epoch);
-    const Tensor tokens = batch.tokens.to(device);  // [B, n]
-    const Tensor labels = batch.labels.to(device);  // [B, n], kIgnore where not masked
-
-    const auto t0 = std::chrono::steady_clock::now();
-    const double lr = schedule.lr_at(step);
-    optimizer.set_lr(lr);
-    const Tensor logits = model->forward(tokens);  // [B, n, V]
-    const Tensor loss = cross_entropy(logits.reshape({-1, ByteTokenizer::vocab_size}),
-                                      labels.reshape({-1}), kIgnore);
-    optimizer.zero_grad();
-    loss.backward();
-    grad_norm = run_flags.clip > 0 ? nn::optim::clip_grad_norm(params, run_flags.clip) : NAN;
-    const double loss_value = loss.item<double>();
-    if (!std::isfinite(loss_value) || (run_flags.clip > 0 && !std::isfinite(grad_norm))) {
-      progress.finish();
-      throw UsageError("the loss became " + std::to_string(loss_value) + " at step " +
-                       std::to_string(step + 1) + "; lower --lr or keep --clip on");
-    }
-    optimizer.step();
-    backend(device).synchronize();
-    compute_seconds += seconds_since(t0);
-    ++step;
-    ++steps_this_run;
-
-    if (std::isnan(first_loss)) first_loss = loss_value;
-    smoothed_loss =
-        std::isnan(smoothed_loss) ? loss_value : 0.95 * smoothed_loss + 0.05 * loss_value;
-    window_loss += loss_value;
-    ++window_steps;
-    progress.update(step, smoothed_loss, lr, tokens_per_step);
-
-    const bool evaluate_now =
-        run_flags.eval_every > 0 && step % run_flags.eval_every == 0 && step < run_flags.steps;
-    double val_loss = NAN;
-    if (evaluate_now) {
-      progress.pause();
-      val_loss = evaluate(*model, validation, device);
-      char line[160];
-      std::snprintf(line, sizeof line,
-                    "step %lld: validation loss %.4f, perplexity %.3f (training loss %.4f)",
-                    static_cast<long long>(step), val_loss, std::exp(val_loss), smoothed_loss);
-      progress.print(line);
-      progress.resume();
-    }
-    // The last step's row comes after the final evaluation, below.
-    if (log && (step % run_flags.log_every == 0 || evaluate_now) && step < run_flags.steps) {
-      log->row({static_cast<double>(step), static_cast<double>(epoch),
-                window_loss / static_cast<double>(window_steps), lr, grad_norm, val_loss,
-                std::exp(val_loss), progress.tokens_per_second(), seconds_since(start)});
-      window_loss = 0;
-      window_steps = 0;
-    }
-    if (!run_flags.checkpoint.empty() && checkpoint_every > 0 && step % checkpoint_every == 0 &&
-        step < last_step) {
-      progress.pause();
-      save(step);
-      progress.resume();
-    }
-  }
-  progress.finish();
-
-  if (!run_flags.checkpoint.empty() && steps_this_run > 0) save(step);
-  if (step < run_flags.steps) {
-    std::printf("stopped after step %lld (--stop-at); saved %s, continue with --resume\n",
-                static_cast<long long>(step), run_flags.checkpoint.c_str());
-    return 0;
-  }
-
-  const double val_loss = evaluate(*model, validation, device);
-  if (log && steps_this_run > 0) {
-    log->row({static_cast<double>(step), static_cast<double>(epoch),
-              window_steps > 0 ? window_loss / static_cast<double>(window_steps) : NAN,
-              schedule.lr_at(step - 1), grad_norm, val_loss, std::exp(val_loss),
-              progress.tokens_per_second(), seconds_since(start)});
-  }
-  if (steps_this_run > 0) {
-    std::printf(
-        "training loss: %.4f at the first step, %.4f at the end (smoothed); unigram "
-        "baseline %.4f\n",
-        first_loss, smoothed_loss, baseline);
-  }
-  std::printf(
-      "final validation perplexity %.3f (loss %.4f nats per masked byte; unigram "
-      "baseline perplexity %.2f)\n",
-      std::exp(val_loss), val_loss, std::exp(val_baseline));
-  if (steps_this_run > 0) {
-    std::printf(
-        "throughput: %.0f tokens/s in forward + backward + optimizer step (%lld steps "
-        "of %lldx%lld tokens in %.1f s; %.1f s in all)\n",
-        static_cast<double>(steps_this_run * tokens_per_step) / compute_seconds,
-        static_cast<long long>(steps_this_run), static_cast<long long>(run_flags.batch),
-        static_cast<long long>(seq_len), compute_seconds, seconds_since(start));
-  }
-  if (!run_flags.checkpoint.empty()) std::printf("checkpoint: %s\n", run_flags.checkpoint.c_str());
-  if (!run_flags.plot.empty()) {
-    train::plot_logs(run_flags.plot, {run_flags.log}, "val_ppl", "validation perplexity");
-    std::printf("plot: %s\n", run_flags.plot.c_str());
-  }
-  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    return run(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: %s\n", kProgram, e.what());
-  } catch (const tinyformer::Error& e) {
-    std::fprintf(stderr, "%s: %s\n", kProgram, e.what());
+    const std::optional<Options> parsed = parse_options(argc, argv);
+    if (!parsed) return 0;  // --help
+    const Options& o = *parsed;
+    if (!o.run.compare.empty()) {  // --plot with --compare only draws logs of earlier runs
+      nn::plot_logs(o.run.plot, o.run.compare, "val_ppl", "validation perplexity");
+      std::printf("wrote %s (%zu runs)\n", o.run.plot.c_str(), o.run.compare.size());
+      return 0;
+    }
+
+    // --- Configuration, device, data: everything is checked before anything is written. ---
+    const nn::EncoderConfig config = train::encoder_config(o.model, o.seq_len);
+    const Device device = train::setup_device(o.run);
+    train::check_writable(o.run.checkpoint, "--checkpoint");
+    train::check_writable(o.run.log, "--log");
+    const Data data = load_data(o);
+
+    // --- Model, optimizer, schedule, data order; the run resumes from --checkpoint. ---
+    manual_seed(o.run.seed);
+    auto model =
+        std::make_shared<nn::MaskedLM>(config, ByteTokenizer::vocab_size, /*tie_weights=*/true,
+                                       o.positions == "learned" ? nn::PositionEncoding::learned
+                                                                : nn::PositionEncoding::sinusoidal);
+    model->to(device);
+    nn::optim::AdamW optimizer(nn::optim::decay_groups(*model, o.run.weight_decay),
+                               {.lr = o.run.lr, .weight_decay = o.run.weight_decay});
+    const nn::optim::WarmupCosine schedule(o.run.lr, o.run.warmup, o.run.steps, o.run.lr / 10);
+    nn::data::Loader loader(
+        data.train.size(),
+        {.batch_size = o.run.batch, .shuffle = true, .drop_last = true, .seed = o.run.seed});
+    nn::TrainingRun run(train::run_options(o.run, kProgram, device, {"val_loss", "val_ppl"}),
+                        *model, optimizer, &loader, run_metadata(o, config, data), kMustMatch);
+    print_setup(o, config, data, *model, device, loader, run);
+
+    // --- The training loop: batch -> forward -> loss -> backward -> clip -> step. ---
+    const std::vector<Tensor> params = model->parameters();
+    while (run.running()) {
+      const nn::data::LoaderBatch order = loader.next();
+      // Masks are drawn from (seed, epoch, example): a resumed run redraws them exactly.
+      const nn::data::MlmBatch batch =
+          nn::data::mlm_batch(data.train, order.indices, o.mlm, o.run.seed, order.epoch);
+      const Tensor tokens = batch.tokens.to(device);  // [B, n]
+      const Tensor labels = batch.labels.to(device);  // [B, n], kIgnore where not masked
+
+      run.start_step();
+      const double lr = schedule.lr_at(run.step());
+      optimizer.set_lr(lr);
+      const Tensor logits = model->forward(tokens);  // [B, n, V]
+      const Tensor loss = cross_entropy(logits.reshape({-1, ByteTokenizer::vocab_size}),
+                                        labels.reshape({-1}), kIgnore);
+      optimizer.zero_grad();
+      loss.backward();
+      std::optional<double> grad_norm;
+      if (o.run.clip > 0) grad_norm = nn::optim::clip_grad_norm(params, o.run.clip);
+      optimizer.step();
+      run.end_step({.loss = loss.item<double>(),
+                    .lr = lr,
+                    .grad_norm = grad_norm,
+                    .tokens = tokens.numel(),
+                    .epoch = order.epoch});
+
+      if (run.evaluation_due()) {
+        run.pause();
+        const double val_loss = evaluate(*model, data.validation, device);
+        char line[160];
+        std::snprintf(line, sizeof line,
+                      "step %lld: validation loss %.4f, perplexity %.3f (training loss %.4f)",
+                      static_cast<long long>(run.step()), val_loss, std::exp(val_loss),
+                      run.smoothed_loss());
+        run.report_evaluation({val_loss, std::exp(val_loss)}, line);
+      }
+      run.log_and_checkpoint();  // the CSV row (--log-every) and the checkpoint when due
+    }
+    run.finish();  // saves the checkpoint
+
+    if (run.stopped_early()) {
+      std::printf("stopped after step %lld (--stop-at); saved %s, continue with --resume\n",
+                  static_cast<long long>(run.step()), o.run.checkpoint.c_str());
+      return 0;
+    }
+
+    // --- The final evaluation and the summary. ---
+    const double val_loss = evaluate(*model, data.validation, device);
+    run.log_final({val_loss, std::exp(val_loss)});
+    if (run.steps_this_run() > 0) {
+      std::printf(
+          "training loss: %.4f at the first step, %.4f at the end (smoothed); unigram "
+          "baseline %.4f\n",
+          run.first_loss(), run.smoothed_loss(), data.baseline);
+    }
+    std::printf(
+        "final validation perplexity %.3f (loss %.4f nats per masked byte; unigram "
+        "baseline perplexity %.2f)\n",
+        std::exp(val_loss), val_loss, std::exp(data.val_baseline));
+    if (run.steps_this_run() > 0) {
+      std::printf(
+          "throughput: %.0f tokens/s in forward + backward + optimizer step (%lld steps "
+          "of %lldx%lld tokens in %.1f s; %.1f s in all)\n",
+          static_cast<double>(run.tokens_this_run()) / run.compute_seconds(),
+          static_cast<long long>(run.steps_this_run()), static_cast<long long>(o.run.batch),
+          static_cast<long long>(o.seq_len), run.compute_seconds(), run.elapsed_seconds());
+    }
+    if (!o.run.checkpoint.empty()) std::printf("checkpoint: %s\n", o.run.checkpoint.c_str());
+    if (!o.run.plot.empty()) {
+      nn::plot_logs(o.run.plot, {o.run.log}, "val_ppl", "validation perplexity");
+      std::printf("plot: %s\n", o.run.plot.c_str());
+    }
+    return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: unexpected error: %s\n", kProgram, e.what());
+    return train::report_error(kProgram, e);
   }
-  return 1;
 }

@@ -1,5 +1,5 @@
 // load_text and split_text: a corpus from disk, split for training and validation.
-#include "nn/text_corpus.h"
+#include "nn/data/text_corpus.h"
 
 #include <algorithm>
 #include <cmath>

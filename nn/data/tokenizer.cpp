@@ -1,5 +1,5 @@
 // ByteTokenizer: text <-> token ids, one id per byte.
-#include "nn/tokenizer.h"
+#include "nn/data/tokenizer.h"
 
 #include "core/error.h"
 

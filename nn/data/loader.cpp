@@ -1,5 +1,5 @@
 // Loader: seeded per-epoch shuffles, batches, and a position that survives a checkpoint.
-#include "nn/loader.h"
+#include "nn/data/loader.h"
 
 #include <algorithm>
 #include <numeric>
@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
-#include "nn/data_rng.h"
+#include "nn/data/data_rng.h"
 
 namespace tinyformer::nn::data {
 

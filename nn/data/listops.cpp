@@ -1,5 +1,5 @@
 // ListOps: generation by seeded random trees, evaluation with an operator stack, batching.
-#include "nn/listops.h"
+#include "nn/data/listops.h"
 
 #include <algorithm>
 #include <limits>
@@ -7,8 +7,8 @@
 #include <unordered_set>
 
 #include "core/error.h"
-#include "nn/batching.h"
-#include "nn/data_rng.h"
+#include "nn/data/batching.h"
+#include "nn/data/data_rng.h"
 
 namespace tinyformer::nn::data {
 

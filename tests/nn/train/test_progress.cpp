@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "nn/progress.h"
+#include "nn/train/progress.h"
 
 using namespace tinyformer;
 namespace fs = std::filesystem;

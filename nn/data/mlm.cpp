@@ -1,5 +1,5 @@
 // Masked-LM corruption of token rows, deterministic per (seed, row) through counter-based draws.
-#include "nn/mlm.h"
+#include "nn/data/mlm.h"
 
 #include <memory>
 

@@ -1,5 +1,5 @@
 // pad_batch and TokenChunks: sequences of token ids to [B, L] tensors.
-#include "nn/batching.h"
+#include "nn/data/batching.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // Reading and writing ListOps TSV files, validating every line read.
-#include "nn/listops_file.h"
+#include "nn/data/listops_file.h"
 
 #include <fstream>
 #include <string>

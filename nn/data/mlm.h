@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "nn/batching.h"
-#include "nn/data_rng.h"
-#include "nn/tokenizer.h"
+#include "nn/data/batching.h"
+#include "nn/data/data_rng.h"
+#include "nn/data/tokenizer.h"
 
 namespace tinyformer::nn::data {
 

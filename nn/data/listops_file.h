@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "nn/listops.h"
+#include "nn/data/listops.h"
 
 namespace tinyformer::nn::data {
 

@@ -1,5 +1,5 @@
 // Attention spectra through LAPACK's dgesdd (from OpenBLAS).
-#include "nn/inspect.h"
+#include "nn/inspect/spectrum.h"
 
 #include <algorithm>
 

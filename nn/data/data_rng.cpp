@@ -1,5 +1,5 @@
 // The data pipelines' portable random stream: Philox blocks, unbiased integers, shuffles.
-#include "nn/data_rng.h"
+#include "nn/data/data_rng.h"
 
 #include <numeric>
 

@@ -1,5 +1,5 @@
 // ProgressBar and CsvLogger: what a training loop prints and logs.
-#include "nn/progress.h"
+#include "nn/train/progress.h"
 
 #include <unistd.h>
 

@@ -1,5 +1,5 @@
-// Checkpoints in the safetensors format: tensors by name plus string metadata, written
-// atomically and validated completely when read back (a file is untrusted input).
+// The safetensors file format: tensors by name plus string metadata, written atomically and
+// validated completely when read back (a file is untrusted input).
 //
 // The layout (https://github.com/huggingface/safetensors):
 //   8 bytes    N, the header length, unsigned little-endian
@@ -18,10 +18,6 @@
 
 namespace tinyformer::nn {
 
-namespace optim {
-class Optimizer;
-}
-
 using Metadata = std::map<std::string, std::string>;
 
 struct SafetensorsFile {
@@ -39,18 +35,5 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
 // offsets, duplicate names, boolean bytes) before building a tensor; any problem is an Error
 // naming the file and what is wrong. Tensors land on the CPU.
 SafetensorsFile load_safetensors(const std::string& path);
-
-// The module's state dict under "model.<name>" and, when given, the optimizer's under
-// "optim.<name>", with the optimizer's type recorded in the metadata key
-// "tinyformer.optimizer". `metadata` is stored as given (e.g. {"step": "1200"}).
-void save_checkpoint(const std::string& path, const Module& module,
-                     const optim::Optimizer* optimizer = nullptr, const Metadata& metadata = {});
-
-// Loads what save_checkpoint wrote into `module` (and `optimizer`, when given) and returns the
-// metadata. Every entry must match the module exactly: same names, shapes and dtypes. On any
-// mismatch (a checkpoint of another configuration, another optimizer, a corrupted file) it
-// throws one Error naming the entry, and neither the module nor the optimizer changes.
-Metadata load_checkpoint(const std::string& path, Module& module,
-                         optim::Optimizer* optimizer = nullptr);
 
 }  // namespace tinyformer::nn

@@ -1,0 +1,122 @@
+// plot_logs: training curves from CSV logs, drawn by gnuplot.
+#include "nn/train/plot.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tinyformer::nn {
+
+namespace fs = std::filesystem;
+
+std::string run_name(const std::string& path) {
+  return fs::path(path).stem().string();
+}
+
+namespace {
+
+// A string literal for gnuplot: single quotes, a quote written twice.
+std::string gp_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+// The same for the shell.
+std::string sh_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, sep)) parts.push_back(part);
+  return parts;
+}
+
+std::vector<std::string> csv_header(const std::string& csv) {
+  std::ifstream in(csv);
+  if (!in.is_open()) fail("plot_logs: cannot read the log '", csv, "'; check the path");
+  std::string header;
+  std::getline(in, header);
+  if (!header.empty() && header.back() == '\r') header.pop_back();
+  return split(header, ',');
+}
+
+}  // namespace
+
+void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
+               const std::string& right_column, const std::string& right_label) {
+  TF_CHECK(!csvs.empty(), "plot_logs: no logs to plot");
+  for (const std::string& csv : csvs) {
+    const auto columns = csv_header(csv);
+    for (const std::string& needed : {std::string("step"), std::string("loss"), right_column}) {
+      TF_CHECK(std::find(columns.begin(), columns.end(), needed) != columns.end(),
+               "plot_logs: the log '", csv, "' has no '", needed,
+               "' column; pass logs written by the same program");
+    }
+  }
+  const std::string tmp_png = png + ".tmp." + std::to_string(::getpid()) + ".png";
+  const fs::path script =
+      fs::temp_directory_path() / ("tinyformer-plot-" + std::to_string(::getpid()) + ".gp");
+  {
+    std::ofstream gp(script);
+    TF_CHECK(gp.is_open(), "plot_logs: cannot write ", script.string());
+    gp << "set terminal pngcairo size 1400,560 font ',10'\n"
+       << "set output " << gp_quote(tmp_png) << "\n"
+       << "set datafile separator ','\nset datafile columnheaders\n"
+       << "set grid\nset key top right\nset xlabel 'step'\n"
+       << "set multiplot layout 1,2\n"
+       << "set title 'training loss'\nset ylabel 'loss (nats)'\n";
+    // gnuplot cycles through 8 colours; later runs get dashed lines so no two curves look alike.
+    auto plot = [&](const std::string& column, const char* style) {
+      gp << "plot ";
+      for (std::size_t i = 0; i < csvs.size(); ++i) {
+        gp << (i ? ", \\\n     " : "") << gp_quote(csvs[i]) << " using (column('step')):(column("
+           << gp_quote(column) << ")) with " << style << " lw 1.5 lt " << i % 8 + 1 << " dt "
+           << i / 8 + 1 << " title " << gp_quote(run_name(csvs[i]));
+      }
+      gp << "\n";
+    };
+    plot("loss", "lines");
+    // One legend, on the left where the curves have fallen away from the top right corner.
+    gp << "unset key\n";
+    gp << "set title " << gp_quote(right_label) << "\nset ylabel " << gp_quote(right_label) << "\n";
+    plot(right_column, "linespoints pt 7 ps 0.6");
+    gp << "unset multiplot\n";
+  }
+  const std::string command = "gnuplot " + sh_quote(script.string()) + " 2>&1";
+  std::string output;
+  int status = -1;
+  if (std::FILE* pipe = ::popen(command.c_str(), "r")) {
+    char buffer[512];
+    while (std::fgets(buffer, sizeof buffer, pipe)) output += buffer;
+    status = ::pclose(pipe);
+  }
+  std::error_code ec;
+  fs::remove(script, ec);
+  if (status != 0) {
+    fs::remove(tmp_png, ec);
+    std::string first = output.substr(0, output.find('\n'));
+    if (status == 127 * 256 || first.find("not found") != std::string::npos) {
+      first = "gnuplot is not installed (apt-get install gnuplot-nox)";
+    }
+    fail("plot_logs: gnuplot failed: ", first.empty() ? "no output" : first);
+  }
+  fs::rename(tmp_png, png, ec);
+  if (ec) {
+    fs::remove(tmp_png, ec);
+    fail("plot_logs: cannot write '", png, "'; check that its directory exists");
+  }
+}
+
+}  // namespace tinyformer::nn

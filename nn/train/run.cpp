@@ -1,0 +1,239 @@
+// TrainingRun: resume, step counting, progress, CSV log and checkpoints around a training loop.
+#include "nn/train/run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <utility>
+
+#include "core/backend.h"
+#include "core/error.h"
+#include "core/random.h"
+#include "nn/data/loader.h"
+#include "nn/io/checkpoint.h"
+
+namespace tinyformer::nn {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The value of `key`, or an Error naming the checkpoint when it is missing.
+const std::string& get(const Metadata& metadata, const std::string& key, const std::string& path) {
+  const auto it = metadata.find(key);
+  TF_CHECK(it != metadata.end(), "checkpoint '", path, "' has no '", key,
+           "' entry: it was not written by this program; pass another --checkpoint");
+  return it->second;
+}
+
+// "config.lr" -> "--lr".
+std::string flag_of(const std::string& key) {
+  return "--" + key.substr(key.find('.') + 1);
+}
+
+}  // namespace
+
+std::string generator_state() {
+  return std::to_string(default_generator().seed()) + " " +
+         std::to_string(default_generator().offset());
+}
+
+void restore_generator(const std::string& state) {
+  std::istringstream in(state);
+  std::uint64_t seed = 0, offset = 0;
+  TF_CHECK(static_cast<bool>(in >> seed >> offset), "restore_generator: unreadable state '", state,
+           "' (expected \"<seed> <offset>\")");
+  default_generator().manual_seed(seed);
+  default_generator().set_offset(offset);
+}
+
+TrainingRun::TrainingRun(TrainingRunOptions options, Module& model, optim::Optimizer& optimizer,
+                         data::Loader* loader, Metadata config, std::vector<std::string> must_match)
+    : options_(std::move(options)),
+      model_(model),
+      optimizer_(optimizer),
+      loader_(loader),
+      config_(std::move(config)),
+      last_step_(options_.stop_at > 0 ? options_.stop_at : options_.steps),
+      first_loss_(NAN),
+      smoothed_loss_(NAN),
+      last_grad_norm_(NAN),
+      eval_values_(options_.eval_columns.size(), NAN) {
+  TF_CHECK(options_.steps > 0, "TrainingRun: steps must be at least 1, got ", options_.steps);
+  TF_CHECK(options_.stop_at >= 0 && options_.stop_at <= options_.steps, "TrainingRun: stop_at (",
+           options_.stop_at, ") must lie in [0, steps] (steps ", options_.steps, ")");
+  TF_CHECK(options_.checkpoint_every >= 0 && options_.eval_every >= 0 && options_.log_every > 0,
+           "TrainingRun: checkpoint_every and eval_every must be 0 or more, log_every positive");
+  TF_CHECK(!options_.resume || !options_.checkpoint.empty(),
+           "--resume needs --checkpoint PATH to resume from");
+  config_["program"] = options_.program;
+  if (options_.resume) resume_from_checkpoint(config_, must_match);
+
+  if (!options_.log.empty()) {
+    std::vector<std::string> columns = {"step", "epoch", "loss", "lr", "grad_norm"};
+    columns.insert(columns.end(), options_.eval_columns.begin(), options_.eval_columns.end());
+    columns.insert(columns.end(), {"tokens_per_s", "seconds"});
+    log_ = resumed_ ? CsvLogger::resume(options_.log, columns, static_cast<double>(step_))
+                    : CsvLogger(options_.log, columns);
+  }
+  progress_.emplace(options_.steps, std::min(step_, options_.steps), options_.progress);
+  start_ = std::chrono::steady_clock::now();
+}
+
+// Everything is checked before the model, the optimizer or the loader changes.
+void TrainingRun::resume_from_checkpoint(const Metadata& current,
+                                         const std::vector<std::string>& must_match) {
+  const std::string& path = options_.checkpoint;
+  TF_CHECK(std::filesystem::exists(path), "--resume: no checkpoint at ", path,
+           "; run without --resume to start training");
+  const Metadata saved = load_safetensors(path).metadata;
+  const std::string& saved_program = get(saved, "program", path);
+  TF_CHECK(saved_program == options_.program, "checkpoint '", path, "' was written by ",
+           saved_program, ", not ", options_.program, "; pass another --checkpoint");
+  for (const std::string& key : must_match) {
+    const auto now = current.find(key);
+    if (now == current.end()) continue;
+    const auto then = saved.find(key);
+    TF_CHECK(then != saved.end(), "checkpoint '", path, "' has no ", flag_of(key),
+             " setting; it is from another configuration: pass another --checkpoint or drop "
+             "--resume");
+    TF_CHECK(then->second == now->second, "checkpoint '", path,
+             "' is from another configuration: ", flag_of(key), " ", then->second, " there, ",
+             now->second, " now; pass the same flags to resume, or another --checkpoint");
+  }
+  const std::string& step_text = get(saved, "step", path);
+  std::size_t used = 0;
+  try {
+    step_ = std::stoll(step_text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  TF_CHECK(used > 0 && used == step_text.size() && step_ >= 0, "checkpoint '", path,
+           "': unreadable step '", step_text, "'");
+  const std::string& generator = get(saved, "generator", path);
+  std::optional<data::LoaderState> loader_state;
+  if (loader_ != nullptr) loader_state = data::LoaderState::parse(get(saved, "loader", path));
+
+  for (const auto& [key, value] : current) {
+    if (key.rfind("config.", 0) != 0) continue;
+    const auto then = saved.find(key);
+    if (then != saved.end() && then->second != value) {
+      std::printf("note: %s was %s in the checkpoint, now %s\n", flag_of(key).c_str(),
+                  then->second.c_str(), value.c_str());
+    }
+  }
+  load_checkpoint(path, model_, &optimizer_);
+  if (loader_state) loader_->load_state(*loader_state);
+  try {
+    restore_generator(generator);
+  } catch (const Error& e) {
+    fail("checkpoint '", path, "': ", e.what());
+  }
+  resumed_ = true;
+}
+
+void TrainingRun::start_step() {
+  step_start_ = std::chrono::steady_clock::now();
+}
+
+void TrainingRun::end_step(const StepStats& stats) {
+  backend(options_.device).synchronize();
+  compute_seconds_ += seconds_since(step_start_);
+  const double grad_norm = stats.grad_norm.value_or(NAN);
+  if (!std::isfinite(stats.loss) || (stats.grad_norm && !std::isfinite(grad_norm))) {
+    progress_->finish();
+    fail("the loss became ", stats.loss, " at step ", step_ + 1, " (gradient norm ", grad_norm,
+         "): the run diverged; lower --lr or keep --clip on");
+  }
+  ++step_;
+  ++steps_this_run_;
+  tokens_this_run_ += stats.tokens;
+  last_lr_ = stats.lr;
+  last_grad_norm_ = grad_norm;
+  epoch_ = stats.epoch;
+  if (std::isnan(first_loss_)) first_loss_ = stats.loss;
+  smoothed_loss_ =
+      std::isnan(smoothed_loss_) ? stats.loss : 0.95 * smoothed_loss_ + 0.05 * stats.loss;
+  window_loss_ += stats.loss;
+  ++window_steps_;
+  progress_->update(step_, smoothed_loss_, stats.lr, stats.tokens);
+}
+
+bool TrainingRun::evaluation_due() const {
+  return options_.eval_every > 0 && step_ % options_.eval_every == 0 && step_ < options_.steps;
+}
+
+void TrainingRun::pause() {
+  progress_->pause();
+}
+
+void TrainingRun::report_evaluation(const std::vector<double>& values, const std::string& line) {
+  TF_CHECK(values.size() == options_.eval_columns.size(),
+           "TrainingRun::report_evaluation: ", options_.eval_columns.size(), " eval columns, got ",
+           values.size(), " values");
+  progress_->print(line);
+  eval_values_ = values;
+  evaluated_ = true;
+  progress_->resume();
+}
+
+void TrainingRun::write_row(double loss, double lr, double grad_norm,
+                            const std::vector<double>& values) {
+  std::vector<double> row = {static_cast<double>(step_), static_cast<double>(epoch_), loss, lr,
+                             grad_norm};
+  row.insert(row.end(), values.begin(), values.end());
+  row.insert(row.end(), {progress_->tokens_per_second(), elapsed_seconds()});
+  log_->row(row);
+}
+
+void TrainingRun::log_and_checkpoint() {
+  // The last step's row comes after the script's final evaluation (log_final).
+  if (log_ && (step_ % options_.log_every == 0 || evaluated_) && step_ < options_.steps) {
+    write_row(window_loss_ / static_cast<double>(window_steps_), last_lr_, last_grad_norm_,
+              eval_values_);
+    window_loss_ = 0;
+    window_steps_ = 0;
+  }
+  eval_values_.assign(options_.eval_columns.size(), NAN);
+  evaluated_ = false;
+  // The last one is saved by finish().
+  if (!options_.checkpoint.empty() && options_.checkpoint_every > 0 &&
+      step_ % options_.checkpoint_every == 0 && step_ < last_step_) {
+    progress_->pause();
+    save();
+    progress_->resume();
+  }
+}
+
+void TrainingRun::finish() {
+  progress_->finish();
+  if (!options_.checkpoint.empty() && steps_this_run_ > 0) save();
+}
+
+void TrainingRun::log_final(const std::vector<double>& values) {
+  TF_CHECK(values.size() == options_.eval_columns.size(),
+           "TrainingRun::log_final: ", options_.eval_columns.size(), " eval columns, got ",
+           values.size(), " values");
+  if (!log_ || steps_this_run_ == 0) return;
+  write_row(window_steps_ > 0 ? window_loss_ / static_cast<double>(window_steps_) : NAN, last_lr_,
+            last_grad_norm_, values);
+}
+
+void TrainingRun::save() {
+  TF_CHECK(!options_.checkpoint.empty(), "TrainingRun::save: no checkpoint path was given");
+  Metadata metadata = config_;
+  metadata["step"] = std::to_string(step_);
+  if (loader_ != nullptr) metadata["loader"] = loader_->state().to_string();
+  metadata["generator"] = generator_state();
+  save_checkpoint(options_.checkpoint, model_, &optimizer_, metadata);
+}
+
+double TrainingRun::elapsed_seconds() const {
+  return seconds_since(start_);
+}
+
+}  // namespace tinyformer::nn

@@ -1,0 +1,175 @@
+// A resumable training run: what every training script repeats around its loop (resume from a
+// checkpoint, the step counter, the progress bar, the CSV log, periodic atomic checkpoints),
+// so that the script's main shows the loop itself (examples/train_mlm.cpp is the full script):
+//
+//   nn::TrainingRun run({.program = "train_mlm", .steps = 4000, .checkpoint = "run.safetensors",
+//                        .resume = resume, .checkpoint_every = 500, .eval_every = 500,
+//                        .log = "run.csv", .eval_columns = {"val_loss"}},
+//                       *model, optimizer, &loader, config_metadata);
+//   while (run.running()) {
+//     const nn::data::LoaderBatch order = loader.next();          // batch
+//     ... tokens, labels ...
+//     run.start_step();
+//     const double lr = schedule.lr_at(run.step());               // schedule
+//     optimizer.set_lr(lr);
+//     const Tensor loss = cross_entropy(model->forward(tokens), labels);  // forward, loss
+//     optimizer.zero_grad();
+//     loss.backward();                                             // backward
+//     const double norm = nn::optim::clip_grad_norm(params, 1.0);  // clip
+//     optimizer.step();                                            // step
+//     run.end_step({.loss = loss.item<double>(), .lr = lr, .grad_norm = norm,
+//                   .tokens = tokens.numel(), .epoch = order.epoch});
+//     if (run.evaluation_due()) {
+//       run.pause();
+//       const double val_loss = evaluate(...);
+//       run.report_evaluation({val_loss}, "validation loss ...");
+//     }
+//     run.log_and_checkpoint();  // the CSV row and the periodic checkpoint, when due
+//   }
+//   run.finish();  // the last checkpoint
+//
+// A checkpoint holds the model, the optimizer and, as metadata, the run's configuration, the
+// step, the loader's position and the dropout generator's position: a resumed run continues
+// exactly where the saved one stopped, drawing the same batches, masks and dropout.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "nn/io/safetensors.h"
+#include "nn/module.h"
+#include "nn/train/progress.h"
+
+namespace tinyformer::nn {
+
+namespace optim {
+class Optimizer;
+}
+namespace data {
+class Loader;
+}
+
+// The options mirror a training script's command-line flags; messages name those flags
+// (--checkpoint, --resume), and a metadata key "config.<name>" stands for the flag --<name>.
+struct TrainingRunOptions {
+  std::string program{};     // recorded in checkpoints: another program's checkpoint is refused
+  std::int64_t steps = 0;    // the run's length: the progress bar counts to it
+  std::int64_t stop_at = 0;  // stop after this step as an interruption would (0: at steps)
+  std::string checkpoint{};  // the checkpoint file; empty: no checkpoints
+  bool resume = false;       // continue from `checkpoint`, which must exist
+  std::int64_t checkpoint_every = 0;  // save every this many steps (0: only when the run ends)
+  std::int64_t eval_every = 0;        // evaluation_due() every this many steps (0: never)
+  std::string log{};                  // the CSV log; empty: none
+  std::int64_t log_every = 10;        // a log row every this many steps, and at evaluations
+  // The log's columns for report_evaluation's values, e.g. {"val_loss", "val_ppl"}. The log
+  // reads: step, epoch, loss (mean since the last row), lr, grad_norm, these, tokens_per_s,
+  // seconds.
+  std::vector<std::string> eval_columns{};
+  Device device = Device::cpu();  // synchronized before a step's time is read
+  ProgressOptions progress{};
+};
+
+// What one optimizer step measured.
+struct StepStats {
+  double loss = 0;
+  double lr = 0;
+  std::optional<double> grad_norm{};  // before clipping; none when the gradients were not clipped
+  std::int64_t tokens = 0;            // tokens (positions) in the batch
+  std::int64_t epoch = 0;             // the epoch the batch came from
+};
+
+class TrainingRun {
+ public:
+  // With options.resume, loads the checkpoint into `model`, `optimizer` and `loader` (which may
+  // be null when the script keeps no data position) after checking that it was written by the
+  // same program with the same values of the keys in `must_match` (a mismatch throws an Error
+  // naming the flag and both values; other "config." keys that differ are printed as notes).
+  // Nothing is written before these checks pass. Then opens the log (a resumed run keeps the
+  // rows up to its step) and starts the clock. `config` is saved in every checkpoint.
+  TrainingRun(TrainingRunOptions options, Module& model, optim::Optimizer& optimizer,
+              data::Loader* loader, Metadata config, std::vector<std::string> must_match = {});
+
+  // Whether another step is to be taken: the step is below stop_at (or steps).
+  bool running() const { return step_ < last_step_; }
+  // Steps taken so far, counting those before a resume: the index of the step being taken.
+  std::int64_t step() const { return step_; }
+  bool resumed() const { return resumed_; }
+
+  // Around the forward, backward and optimizer step: their time is the throughput's.
+  void start_step();
+  // Counts the step and shows it on the progress bar; throws an Error when the loss or the
+  // gradient norm is not finite (the run has diverged).
+  void end_step(const StepStats& stats);
+
+  // Whether the step just taken is one to evaluate: every eval_every steps, except the last
+  // (the script evaluates after the loop).
+  bool evaluation_due() const;
+  // Stops the clock (evaluations and checkpoints count neither towards the throughput nor
+  // towards the time left); report_evaluation restarts it.
+  void pause();
+  // Prints `line` above the progress bar, keeps `values` (one per eval column) for this
+  // step's log row, and restarts the clock.
+  void report_evaluation(const std::vector<double>& values, const std::string& line);
+  // Writes this step's log row and saves a checkpoint when one is due.
+  void log_and_checkpoint();
+
+  // Ends the progress bar and saves the checkpoint, when this run took a step.
+  void finish();
+  // Whether the run stopped before `steps` (stop_at): the script then ends without a final
+  // evaluation, and --resume continues.
+  bool stopped_early() const { return step_ < options_.steps; }
+  // The last log row, after the script's final evaluation (none when this run took no step).
+  void log_final(const std::vector<double>& values);
+
+  // Saves the checkpoint now (atomically): the model, the optimizer, the configuration and
+  // the step, loader and generator positions.
+  void save();
+
+  std::int64_t steps_this_run() const { return steps_this_run_; }
+  std::int64_t tokens_this_run() const { return tokens_this_run_; }
+  double first_loss() const { return first_loss_; }        // of this run's first step
+  double smoothed_loss() const { return smoothed_loss_; }  // exponential moving average
+  double compute_seconds() const { return compute_seconds_; }
+  double elapsed_seconds() const;  // since the clock started, pauses included
+
+ private:
+  void resume_from_checkpoint(const Metadata& current, const std::vector<std::string>& must_match);
+  void write_row(double loss, double lr, double grad_norm, const std::vector<double>& values);
+
+  TrainingRunOptions options_;
+  Module& model_;
+  optim::Optimizer& optimizer_;
+  data::Loader* loader_;
+  Metadata config_;
+  std::int64_t last_step_;
+  std::int64_t step_ = 0;
+  bool resumed_ = false;
+  std::optional<CsvLogger> log_;
+  std::optional<ProgressBar> progress_;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point step_start_;
+
+  std::int64_t steps_this_run_ = 0;
+  std::int64_t tokens_this_run_ = 0;
+  double compute_seconds_ = 0;
+  double first_loss_;
+  double smoothed_loss_;
+  double last_lr_ = 0;
+  double last_grad_norm_;
+  std::int64_t epoch_ = 0;
+  double window_loss_ = 0;  // summed since the last log row
+  std::int64_t window_steps_ = 0;
+  std::vector<double> eval_values_;  // this step's, NaN when it was not evaluated
+  bool evaluated_ = false;
+};
+
+// The default generator's position as text ("<seed> <offset>"), and back: a resumed run draws
+// the same dropout masks.
+std::string generator_state();
+void restore_generator(const std::string& state);
+
+}  // namespace tinyformer::nn

@@ -1,0 +1,279 @@
+// TrainingRun: a run stopped and resumed takes exactly the steps of an uninterrupted one; the
+// log, the checkpoint's metadata, and the refusals of a checkpoint that does not fit.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <tinyformer/tinyformer.h>
+
+using namespace tinyformer;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("tinyformer_run_" + std::to_string(::getpid()));
+  TempDir() {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A regression y = x w + noise on 24 examples, with dropout so that the generator's position
+// matters, trained by a script shaped like train_mlm's main.
+struct Script {
+  static constexpr std::int64_t kExamples = 24;
+  std::vector<float> x, y;
+  std::shared_ptr<nn::Sequential> model;
+  std::unique_ptr<nn::optim::AdamW> optimizer;
+  std::unique_ptr<nn::data::Loader> loader;
+  std::vector<double> losses;  // of every step this script took
+
+  explicit Script(std::uint64_t seed = 7) {
+    for (std::int64_t i = 0; i < kExamples; ++i) {
+      float target = 0;
+      for (std::int64_t j = 0; j < 4; ++j) {
+        const float v = std::sin(static_cast<float>(i * 4 + j));
+        x.push_back(v);
+        target += static_cast<float>(j + 1) * v;
+      }
+      y.push_back(target);
+    }
+    manual_seed(seed);
+    model = std::make_shared<nn::Sequential>();
+    model->push_back(std::make_shared<nn::Linear>(4, 8));
+    model->push_back(std::make_shared<nn::Dropout>(0.3));
+    model->push_back(std::make_shared<nn::Linear>(8, 1));
+    optimizer = std::make_unique<nn::optim::AdamW>(model->parameters(),
+                                                   nn::optim::AdamWOptions{.lr = 1e-2});
+    loader = std::make_unique<nn::data::Loader>(
+        kExamples,
+        nn::data::LoaderOptions{.batch_size = 5, .shuffle = true, .drop_last = true, .seed = 3});
+  }
+
+  void train(nn::TrainingRun& run, std::vector<double> (*evaluate)(Script&) = nullptr) {
+    while (run.running()) {
+      const nn::data::LoaderBatch order = loader->next();
+      std::vector<float> bx, by;
+      for (std::int64_t i : order.indices) {
+        bx.insert(bx.end(), x.begin() + i * 4, x.begin() + i * 4 + 4);
+        by.push_back(y[i]);
+      }
+      const auto b = static_cast<std::int64_t>(order.indices.size());
+      const Tensor inputs = from(bx, {b, 4});
+      const Tensor targets = from(by, {b, 1});
+      run.start_step();
+      const double lr = 1e-2 / (1.0 + static_cast<double>(run.step()));
+      optimizer->set_lr(lr);
+      const Tensor error = model->forward(inputs) - targets;
+      const Tensor loss = sum(error * error) * (1.0 / static_cast<double>(b));
+      optimizer->zero_grad();
+      loss.backward();
+      const double norm = nn::optim::clip_grad_norm(model->parameters(), 1.0);
+      optimizer->step();
+      losses.push_back(loss.item<double>());
+      run.end_step(
+          {.loss = losses.back(), .lr = lr, .grad_norm = norm, .tokens = b, .epoch = order.epoch});
+      if (run.evaluation_due() && evaluate != nullptr) {
+        run.pause();
+        run.report_evaluation(evaluate(*this), "evaluated");
+      }
+      run.log_and_checkpoint();
+    }
+    run.finish();
+  }
+};
+
+nn::ProgressOptions quiet() {
+  static std::FILE* null = std::fopen("/dev/null", "w");
+  return {.out = null, .terminal = false};
+}
+
+nn::TrainingRunOptions options(const TempDir& dir, const std::string& name) {
+  return {.program = "test_run",
+          .steps = 12,
+          .checkpoint = dir.file(name + ".safetensors"),
+          .checkpoint_every = 4,
+          .eval_every = 4,
+          .log = dir.file(name + ".csv"),
+          .log_every = 1,
+          .eval_columns = {"val"},
+          .progress = quiet()};
+}
+
+std::vector<double> fixed_eval(Script&) {
+  return {0.5};
+}
+
+// The log's rows without the last two columns (throughput and time differ between runs).
+std::vector<std::string> log_rows(const std::string& path) {
+  std::vector<std::string> rows;
+  std::istringstream in(read_all(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::size_t cut = line.size();
+    for (int i = 0; i < 2; ++i) cut = line.rfind(',', cut - 1);
+    rows.push_back(line.substr(0, cut));
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("TrainingRun: a run stopped and resumed takes the steps of an uninterrupted one") {
+  TempDir dir;
+  Script whole;
+  {
+    nn::TrainingRun run(options(dir, "whole"), *whole.model, *whole.optimizer, whole.loader.get(),
+                        {{"config.width", "8"}});
+    whole.train(run, fixed_eval);
+    CHECK_FALSE(run.stopped_early());
+    CHECK(run.steps_this_run() == 12);
+    CHECK(run.tokens_this_run() == 12 * 5);
+    run.log_final({0.25});
+  }
+  REQUIRE(whole.losses.size() == 12);
+
+  Script first;
+  nn::TrainingRunOptions stop = options(dir, "parts");
+  stop.stop_at = 5;
+  {
+    nn::TrainingRun run(stop, *first.model, *first.optimizer, first.loader.get(),
+                        {{"config.width", "8"}});
+    first.train(run, fixed_eval);
+    CHECK(run.step() == 5);
+    CHECK(run.stopped_early());
+  }
+  const nn::Metadata saved = nn::load_safetensors(stop.checkpoint).metadata;
+  CHECK(saved.at("step") == "5");
+  CHECK(saved.at("program") == "test_run");
+  CHECK(saved.at("config.width") == "8");
+  CHECK(saved.at("loader") == first.loader->state().to_string());
+  CHECK(saved.at("generator") == nn::generator_state());
+
+  // A fresh process: another initialisation, another generator position; the checkpoint
+  // restores all of them.
+  Script second(99);
+  (void)randn({10});
+  nn::TrainingRunOptions resume = options(dir, "parts");
+  resume.resume = true;
+  {
+    nn::TrainingRun run(resume, *second.model, *second.optimizer, second.loader.get(),
+                        {{"config.width", "8"}});
+    CHECK(run.resumed());
+    CHECK(run.step() == 5);
+    second.train(run, fixed_eval);
+    CHECK(run.step() == 12);
+    CHECK(run.steps_this_run() == 7);
+    run.log_final({0.25});
+  }
+  std::vector<double> parts = first.losses;
+  parts.insert(parts.end(), second.losses.begin(), second.losses.end());
+  REQUIRE(parts.size() == 12);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    CAPTURE(i);
+    CHECK(parts[i] == whole.losses[i]);  // bit for bit: the same batches, dropout and updates
+  }
+  // The resumed log keeps the first run's rows and continues: the same rows as the whole run.
+  const std::vector<std::string> rows = log_rows(dir.file("whole.csv"));
+  CHECK(rows == log_rows(dir.file("parts.csv")));
+  REQUIRE(rows.size() == 13);  // the header and steps 1..12
+  CHECK(rows[0] == "step,epoch,loss,lr,grad_norm,val");
+  CHECK(rows[4].ends_with(",0.5"));    // step 4 was evaluated
+  CHECK(rows[5].ends_with(","));       // step 5 was not: an empty cell
+  CHECK(rows[12].ends_with(",0.25"));  // the final evaluation
+}
+
+TEST_CASE("TrainingRun refuses a checkpoint that does not fit, and changes nothing") {
+  TempDir dir;
+  Script a;
+  nn::TrainingRunOptions opts = options(dir, "a");
+  opts.stop_at = 2;
+  opts.log.clear();
+  {
+    nn::TrainingRun run(opts, *a.model, *a.optimizer, a.loader.get(), {{"config.width", "8"}});
+    a.train(run);
+  }
+  const std::string before = read_all(opts.checkpoint);
+
+  Script b;
+  const Tensor weight = b.model->parameters()[0].clone();
+  const nn::data::LoaderState loader_before = b.loader->state();
+  opts.resume = true;
+  opts.log = dir.file("b.csv");
+  CHECK_THROWS_WITH_AS(nn::TrainingRun(opts, *b.model, *b.optimizer, b.loader.get(),
+                                       {{"config.width", "16"}}, {"config.width"}),
+                       doctest::Contains("another configuration: --width 8 there, 16 now"), Error);
+  nn::TrainingRunOptions other = opts;
+  other.program = "another_program";
+  CHECK_THROWS_WITH_AS(
+      nn::TrainingRun(other, *b.model, *b.optimizer, b.loader.get(), {{"config.width", "8"}}),
+      doctest::Contains("was written by test_run, not another_program"), Error);
+  nn::TrainingRunOptions missing = opts;
+  missing.checkpoint = dir.file("none.safetensors");
+  CHECK_THROWS_WITH_AS(
+      nn::TrainingRun(missing, *b.model, *b.optimizer, b.loader.get(), {{"config.width", "8"}}),
+      doctest::Contains("no checkpoint at"), Error);
+  CHECK(b.loader->state() == loader_before);
+  CHECK(b.model->parameters()[0].to_vector<float>() == weight.to_vector<float>());
+  CHECK_FALSE(fs::exists(opts.log));
+  CHECK(read_all(opts.checkpoint) == before);
+
+  // The same configuration resumes; a key outside must_match that differs is only a note.
+  nn::TrainingRun run(opts, *b.model, *b.optimizer, b.loader.get(), {{"config.width", "16"}});
+  CHECK(run.step() == 2);
+  CHECK(b.loader->state() == a.loader->state());
+}
+
+TEST_CASE("TrainingRun stops a diverged run with an Error") {
+  TempDir dir;
+  Script s;
+  nn::TrainingRunOptions opts = options(dir, "nan");
+  opts.checkpoint.clear();
+  opts.log.clear();
+  nn::TrainingRun run(opts, *s.model, *s.optimizer, s.loader.get(), {});
+  run.start_step();
+  CHECK_THROWS_WITH_AS(run.end_step({.loss = NAN, .lr = 1e-3}),
+                       doctest::Contains("the loss became nan at step 1"), Error);
+  run.start_step();
+  CHECK_THROWS_WITH_AS(run.end_step({.loss = 1.0, .lr = 1e-3, .grad_norm = INFINITY}),
+                       doctest::Contains("diverged"), Error);
+  CHECK(run.step() == 0);
+  run.start_step();
+  run.end_step({.loss = 1.0, .lr = 1e-3});  // no gradient norm measured: not checked
+  CHECK(run.step() == 1);
+}
+
+TEST_CASE("TrainingRun checks its options") {
+  Script s;
+  CHECK_THROWS_AS(nn::TrainingRun({.program = "p", .steps = 0, .progress = quiet()}, *s.model,
+                                  *s.optimizer, nullptr, {}),
+                  Error);
+  CHECK_THROWS_AS(nn::TrainingRun({.program = "p", .steps = 4, .stop_at = 5, .progress = quiet()},
+                                  *s.model, *s.optimizer, nullptr, {}),
+                  Error);
+  CHECK_THROWS_WITH_AS(
+      nn::TrainingRun({.program = "p", .steps = 4, .resume = true, .progress = quiet()}, *s.model,
+                      *s.optimizer, nullptr, {}),
+      doctest::Contains("--checkpoint"), Error);
+}
