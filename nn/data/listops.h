@@ -1,4 +1,4 @@
-// ListOps (Long Range Arena; LINFORMER.md section 7): random nested expressions of MIN, MAX,
+// ListOps (Long Range Arena; docs/linformer.md section 7): random nested expressions of MIN, MAX,
 // MED and SM over digits, e.g. "[MAX 2 9 [MIN 4 7 ] 0 ]" = 9, classified into their value 0-9.
 // Generated offline with a seed, evaluated, batched; file reading and writing is in
 // listops_file.h.
