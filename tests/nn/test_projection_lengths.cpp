@@ -393,3 +393,46 @@ TEST_CASE("projections check the key-padding mask they are given") {
                          Error);
   }
 }
+
+TEST_CASE("pooling with padding anywhere: the real rows, compacted, in order") {
+  // Real rows 1, 2 and 4 of 5: the windows are taken over those three, as for the sequence of
+  // the real rows alone.
+  Tensor x = randn64({1, 2, 5, 3}, false);
+  Tensor mask = from<bool>({true, false, false, true, false}, {1, 5});
+  Tensor real = cat({x.narrow(2, 1, 2), x.narrow(2, 4, 1)}, 2);
+  for (const char* kind : {"mean", "max"}) {
+    CAPTURE(kind);
+    for (std::int64_t k : {2, 3, 4}) {
+      CAPTURE(k);
+      auto p = nn::make_projection(kind, {.k = k, .max_seq_len = 5, .head_dim = 3});
+      nn::Projected padded = p->project(masked_fill(x, mask.view({1, 1, 5, 1}), 0.0), mask);
+      nn::Projected cut = p->project(real, {});
+      CHECK(max_abs_diff(padded.rows, cut.rows) == 0.0);
+      CHECK(padded.empty_rows.defined() == cut.empty_rows.defined());
+      if (k == 4) CHECK(padded.empty_rows.to_vector<bool>() == cut.empty_rows.to_vector<bool>());
+    }
+  }
+}
+
+TEST_CASE("gradient checks of the projections with padding and uneven windows") {
+  manual_seed(23);
+  // Lengths 7 and 4 padded to 7: uneven windows for k = 3, fewer real rows than k for k = 5.
+  Tensor mask = padding_mask({7, 4}, 7);
+  for (const char* kind : {"mean", "max", "conv"}) {
+    for (std::int64_t heads : {1, 2}) {
+      for (std::int64_t k : {3, 5}) {
+        CAPTURE(kind);
+        CAPTURE(heads);
+        CAPTURE(k);
+        auto p =
+            nn::make_projection(kind, {.k = k, .max_seq_len = 8, .head_dim = 2, .heads = heads});
+        p->to(kFloat64);
+        Tensor x = randn64({2, 2, 7, 2});
+        std::vector<Tensor> inputs = {x};
+        for (const Tensor& w : p->parameters()) inputs.push_back(w);
+        CHECK(gradcheck([&](const std::vector<Tensor>& in) { return p->project(in[0], mask).rows; },
+                        inputs));
+      }
+    }
+  }
+}
