@@ -1,10 +1,13 @@
 // The built-in projection kinds and the registry.
 #include "nn/projection.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "autograd/ops.h"
 #include "nn/init.h"
@@ -61,12 +64,12 @@ std::int64_t check_input(const Tensor& x, std::int64_t max_seq_len, const char* 
   return x.size(2);
 }
 
-// x: [B, H, n, d] -> [B, H, rows, d], zero rows (or `fill` rows) appended at the end.
-Tensor pad_rows(const Tensor& x, std::int64_t rows, double fill = 0.0) {
+// x: [B, H, n, d] -> [B, H, rows, d], zero rows appended at the end.
+Tensor pad_rows(const Tensor& x, std::int64_t rows) {
   const std::int64_t n = x.size(2);
   if (rows == n) return x;
-  Tensor pad = full({x.size(0), x.size(1), rows - n, x.size(3)}, fill,
-                    {.dtype = x.dtype(), .device = x.device()});
+  Tensor pad = zeros({x.size(0), x.size(1), rows - n, x.size(3)},
+                     {.dtype = x.dtype(), .device = x.device()});
   return cat({x, pad}, 2);
 }
 
@@ -189,9 +192,13 @@ Projected PoolProjection::project(const Tensor& x, const Tensor& key_padding_mas
   check_padding_mask(key_padding_mask, x, op);
   const std::int64_t b = x.size(0), h = x.size(1), d = x.size(3);
   const TensorOptions like_x{.dtype = x.dtype(), .device = x.device()};
-  const auto real = real_positions(key_padding_mask, b, n);
+  // A mask is read only when given; without one every position is real.
+  std::vector<std::vector<std::int64_t>> real;
   bool padded = false;
-  for (const auto& r : real) padded = padded || static_cast<std::int64_t>(r.size()) != n;
+  if (key_padding_mask.defined()) {
+    real = real_positions(key_padding_mask, b, n);
+    for (const auto& r : real) padded = padded || static_cast<std::int64_t>(r.size()) != n;
+  }
 
   if (!padded && n % k_ == 0) {
     // Every window is rows i*w .. i*w+w-1 of every sequence: a reshape, no gather.
@@ -206,6 +213,7 @@ Projected PoolProjection::project(const Tensor& x, const Tensor& key_padding_mas
   // gathered into [B, k, w_max, H*d]: window i of sequence b reads its rows first, then fill.
   // The sum then adds each window's rows in order and the fill adds exactly 0 (the max ignores
   // -inf), so every output is computed exactly as for the sequence cut to its real positions.
+  if (real.empty()) real = real_positions(Tensor(), b, n);
   std::int64_t w_max = 1;
   std::vector<std::pair<std::int64_t, std::int64_t>> windows;
   windows.reserve(static_cast<std::size_t>(b * k_));

@@ -436,3 +436,29 @@ TEST_CASE("gradient checks of the projections with padding and uneven windows") 
     }
   }
 }
+
+TEST_CASE("keys and values of different kinds: a row empty for either is excluded") {
+  manual_seed(29);
+  // max_seq_len 16, k 4: conv windows of 4 positions. Lengths 6 and 2, padded to 6.
+  const nn::ProjectionSpec spec{.k = 4, .max_seq_len = 16, .head_dim = 4};
+  nn::LinformerAttention layer(8, 2, nn::make_projection("mean", spec),
+                               nn::make_projection("conv", spec));
+  layer.keep_attention(true);
+  layer.forward(randn({2, 6, 8}), padding_mask({6, 2}, 6));
+  // Sequence 0: mean has no empty row, conv leaves rows 2 and 3 empty (they start at 8, 12).
+  // Sequence 1: mean leaves rows 2 and 3 empty (2 < k), conv rows 1, 2 and 3.
+  const std::vector<std::set<std::int64_t>> empty = {{2, 3}, {1, 2, 3}};
+  const auto p = layer.last_attention().to_vector<float>();  // [2, 2, 6, 4]
+  for (std::int64_t b = 0; b < 2; ++b) {
+    for (std::int64_t h = 0; h < 2; ++h) {
+      for (std::int64_t i = 0; i < 6; ++i) {
+        for (std::int64_t r = 0; r < 4; ++r) {
+          CAPTURE(b);
+          CAPTURE(r);
+          const float w = p[static_cast<std::size_t>(((b * 2 + h) * 6 + i) * 4 + r)];
+          CHECK((empty[static_cast<std::size_t>(b)].count(r) ? w == 0.0f : w > 0.0f));
+        }
+      }
+    }
+  }
+}
