@@ -19,7 +19,9 @@
 // - identity: x' = x (k must equal n); its padded rows are reported empty. For tests and
 //   teaching (it makes Linformer attention exactly full attention).
 // LinformerAttention excludes the empty rows from the softmax (weight exactly 0), so a summary
-// row that covers no real position never soaks up attention.
+// row that covers no real position never soaks up attention. Pooling works on the real positions
+// wherever the padding lies; linear and conv index positions, so a padded sequence gives what
+// its cut version gives when the padding is at the end (as batches are padded).
 #pragma once
 
 #include <functional>
@@ -42,7 +44,8 @@ struct Projected {
 
 class Projection : public Module {
  public:
-  // x: [B, H, n, d] with n <= max_seq_len -> [B, H, k, d], every position real.
+  // x: [B, H, n, d] with n <= max_seq_len -> [B, H, k, d], every position real. Rows that
+  // cover no position (pooling with n < k, conv windows beyond n) are 0; project() reports them.
   virtual Tensor forward(const Tensor& x) const = 0;
   // The same for a padded batch. x: [B, H, n, d] with its padded rows already zeroed;
   // key_padding_mask: [B, n] bool, true at padded positions, or undefined (nothing padded).
