@@ -110,10 +110,23 @@ Tensor LinformerAttention::forward(const Tensor& x, const Tensor& key_padding_ma
     key = masked_fill(key, padded_rows, 0.0);
     value = masked_fill(value, padded_rows, 0.0);
   }
-  Tensor key_compressed = key_projection->forward(key);  // [B, H, k, d_head]
-  Tensor value_compressed = value_projection->forward(value);
+  // [B, H, k, d_head] each, with the summary rows that cover no real position.
+  Projected key_compressed = key_projection->project(key, key_padding_mask);
+  Projected value_compressed = value_projection->project(value, key_padding_mask);
+  // A row empty for the keys or for the values is excluded from the softmax: its weight is
+  // exactly 0 instead of what a zero key would take. [B, k] -> [B, 1, 1, k].
+  const std::int64_t b = x.size(0), k = key_projection->k();
+  Tensor empty_rows;
+  for (const Tensor& e : {key_compressed.empty_rows, value_compressed.empty_rows}) {
+    if (!e.defined()) continue;
+    const bool fits = e.dtype() == DType::boolean && e.shape() == Shape{b, k};
+    TF_CHECK(fits, "LinformerAttention: a projection reported empty rows of dtype bool and shape [",
+             b, ", ", k, "] expected, got ", e.dtype(), " ", shape_str(e.shape()));
+    empty_rows = empty_rows.defined() ? where(empty_rows, empty_rows, e) : e;
+  }
+  Tensor excluded = empty_rows.defined() ? empty_rows.view({b, 1, 1, k}) : Tensor();
   return out_proj->forward(
-      merge_heads(attend(query, key_compressed, value_compressed, Tensor(), false)));
+      merge_heads(attend(query, key_compressed.rows, value_compressed.rows, excluded, false)));
 }
 
 std::string LinformerAttention::extra_repr() const {

@@ -63,7 +63,9 @@ class MultiHeadAttention : public Attention {
 
 // Linformer attention (docs/attention.md; the paper's section 4): keys and values are projected
 // from n rows to k rows before attention, so the cost is O(n k). Padded rows of the keys and
-// values are zeroed before the projection, so padding never reaches the k compressed rows. The
+// values are zeroed before the projection and the projection is given the key-padding mask, so
+// padding never reaches the k compressed rows; compressed rows that cover no real position
+// (Projected::empty_rows) are excluded from the softmax and get weight exactly 0. The
 // projections may be shared with other heads, with each other (key_projection == value_projection)
 // and with other layers.
 class LinformerAttention : public Attention {

@@ -1,10 +1,13 @@
 // The built-in projection kinds and the registry.
 #include "nn/projection.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "autograd/ops.h"
 #include "nn/init.h"
@@ -61,16 +64,62 @@ std::int64_t check_input(const Tensor& x, std::int64_t max_seq_len, const char* 
   return x.size(2);
 }
 
-// x: [B, H, n, d] -> [B, H, rows, d], zero rows (or `fill` rows) appended at the end.
-Tensor pad_rows(const Tensor& x, std::int64_t rows, double fill = 0.0) {
+// x: [B, H, n, d] -> [B, H, rows, d], zero rows appended at the end.
+Tensor pad_rows(const Tensor& x, std::int64_t rows) {
   const std::int64_t n = x.size(2);
   if (rows == n) return x;
-  Tensor pad = full({x.size(0), x.size(1), rows - n, x.size(3)}, fill,
-                    {.dtype = x.dtype(), .device = x.device()});
+  Tensor pad = zeros({x.size(0), x.size(1), rows - n, x.size(3)},
+                     {.dtype = x.dtype(), .device = x.device()});
   return cat({x, pad}, 2);
 }
 
+// key_padding_mask: undefined or [B, n] bool (true = padding), checked against x: [B, H, n, d].
+void check_padding_mask(const Tensor& key_padding_mask, const Tensor& x, const char* op) {
+  if (!key_padding_mask.defined()) return;
+  TF_CHECK(key_padding_mask.dtype() == DType::boolean && key_padding_mask.dim() == 2 &&
+               key_padding_mask.size(0) == x.size(0) && key_padding_mask.size(1) == x.size(2),
+           op, ": expected key_padding_mask of dtype bool and shape [", x.size(0), ", ", x.size(2),
+           "] (true = padding), got ", key_padding_mask.dtype(), " ",
+           shape_str(key_padding_mask.shape()));
+}
+
+// The real positions of each of the B sequences: where key_padding_mask is false, in order
+// (all n positions without a mask). Reading the mask synchronises with its device.
+std::vector<std::vector<std::int64_t>> real_positions(const Tensor& key_padding_mask,
+                                                      std::int64_t batch, std::int64_t n) {
+  std::vector<std::vector<std::int64_t>> real(static_cast<std::size_t>(batch));
+  const std::vector<bool> padded =
+      key_padding_mask.defined() ? key_padding_mask.to_vector<bool>() : std::vector<bool>();
+  for (std::int64_t b = 0; b < batch; ++b) {
+    auto& r = real[static_cast<std::size_t>(b)];
+    for (std::int64_t j = 0; j < n; ++j) {
+      if (padded.empty() || !padded[static_cast<std::size_t>(b * n + j)]) r.push_back(j);
+    }
+  }
+  return real;
+}
+
+// empty: B * k flags -> a [B, k] bool mask on `device`, or undefined when no flag is set.
+Tensor empty_rows_mask(const std::vector<bool>& empty, std::int64_t batch, std::int64_t k,
+                       Device device) {
+  for (bool e : empty) {
+    if (e) return from<bool>(empty, {batch, k}, device);
+  }
+  return Tensor();
+}
+
 }  // namespace
+
+Projected Projection::project(const Tensor& x, const Tensor& /*key_padding_mask*/) const {
+  return {forward(x), Tensor()};
+}
+
+std::pair<std::int64_t, std::int64_t> pool_window(std::int64_t i, std::int64_t m, std::int64_t k) {
+  TF_CHECK(k > 0 && i >= 0 && i < k && m >= 0,
+           "pool_window: expected 0 <= i < k and m >= 0, got i=", i, ", m=", m, ", k=", k);
+  if (m < k) return i < m ? std::pair{i, i + 1} : std::pair{m, m};
+  return {i * m / k, ((i + 1) * m + k - 1) / k};
+}
 
 void register_projection(const std::string& name, ProjectionFactory factory) {
   TF_CHECK(!name.empty() && factory != nullptr,
@@ -126,7 +175,7 @@ std::string LinearProjection::extra_repr() const {
          ", max_seq_len=" + std::to_string(weight.size(2));
 }
 
-// --- mean / max pooling over windows of w = ceil(n / k) rows ---
+// --- mean / max pooling over windows of real positions (pool_window) ---
 
 PoolProjection::PoolProjection(const ProjectionSpec& spec, bool max)
     : k_(spec.k), max_seq_len_(spec.max_seq_len), max_(max) {
@@ -134,27 +183,80 @@ PoolProjection::PoolProjection(const ProjectionSpec& spec, bool max)
 }
 
 Tensor PoolProjection::forward(const Tensor& x) const {
+  return project(x, Tensor()).rows;
+}
+
+Projected PoolProjection::project(const Tensor& x, const Tensor& key_padding_mask) const {
   const char* op = max_ ? "MaxPoolProjection" : "MeanPoolProjection";
   const std::int64_t n = check_input(x, max_seq_len_, op);
-  const std::int64_t w = (n + k_ - 1) / k_;
-  // real[i]: how many of window i's rows lie inside the sequence.
-  std::vector<double> real(static_cast<std::size_t>(k_));
-  for (std::int64_t i = 0; i < k_; ++i) {
-    real[static_cast<std::size_t>(i)] =
-        static_cast<double>(std::clamp<std::int64_t>(n - i * w, 0, w));
+  check_padding_mask(key_padding_mask, x, op);
+  const std::int64_t b = x.size(0), h = x.size(1), d = x.size(3);
+  const TensorOptions like_x{.dtype = x.dtype(), .device = x.device()};
+  // A mask is read only when given; without one every position is real.
+  std::vector<std::vector<std::int64_t>> real;
+  bool padded = false;
+  if (key_padding_mask.defined()) {
+    real = real_positions(key_padding_mask, b, n);
+    for (const auto& r : real) padded = padded || static_cast<std::int64_t>(r.size()) != n;
   }
-  const Shape windows = {x.size(0), x.size(1), k_, w, x.size(3)};
+
+  if (!padded && n % k_ == 0) {
+    // Every window is rows i*w .. i*w+w-1 of every sequence: a reshape, no gather.
+    const std::int64_t w = n / k_;
+    Tensor windows = x.reshape({b, h, k_, w, d});
+    if (max_) return {std::get<0>(max(windows, 3)), Tensor()};
+    return {mul(sum(windows, {3}), scalar_tensor(1.0 / static_cast<double>(w), like_x)), Tensor()};
+  }
+
+  // Each sequence's own windows over its real positions. The rows of x, seen as a table
+  // [B*n, H*d] with one fill row appended (0 for mean, -inf for max, so it never wins), are
+  // gathered into [B, k, w_max, H*d]: window i of sequence b reads its rows first, then fill.
+  // The sum then adds each window's rows in order and the fill adds exactly 0 (the max ignores
+  // -inf), so every output is computed exactly as for the sequence cut to its real positions.
+  if (real.empty()) real = real_positions(Tensor(), b, n);
+  std::int64_t w_max = 1;
+  std::vector<std::pair<std::int64_t, std::int64_t>> windows;
+  windows.reserve(static_cast<std::size_t>(b * k_));
+  for (const auto& r : real) {
+    for (std::int64_t i = 0; i < k_; ++i) {
+      windows.push_back(pool_window(i, static_cast<std::int64_t>(r.size()), k_));
+      w_max = std::max(w_max, windows.back().second - windows.back().first);
+    }
+  }
+  const std::int64_t fill_row = b * n;
+  std::vector<std::int64_t> index(static_cast<std::size_t>(b * k_ * w_max), fill_row);
+  std::vector<double> scale(static_cast<std::size_t>(b * k_));  // 1 / rows (mean), 0 if empty
+  std::vector<bool> empty(static_cast<std::size_t>(b * k_));
+  for (std::int64_t s = 0; s < b; ++s) {
+    const auto& r = real[static_cast<std::size_t>(s)];
+    for (std::int64_t i = 0; i < k_; ++i) {
+      const std::size_t row = static_cast<std::size_t>(s * k_ + i);
+      const auto [start, end] = windows[row];
+      for (std::int64_t t = start; t < end; ++t) {
+        index[row * static_cast<std::size_t>(w_max) + static_cast<std::size_t>(t - start)] =
+            s * n + r[static_cast<std::size_t>(t)];
+      }
+      empty[row] = end == start;
+      scale[row] = end > start ? 1.0 / static_cast<double>(end - start) : 0.0;
+    }
+  }
+  const double fill = max_ ? -std::numeric_limits<double>::infinity() : 0.0;
+  Tensor table =
+      cat({x.permute({0, 2, 1, 3}).reshape({b * n, h * d}), full({1, h * d}, fill, like_x)}, 0);
+  Tensor gathered = embedding(
+      table, from<std::int64_t>(index, {b, k_, w_max}, x.device()));  // [B, k, w_max, H*d]
+  Tensor empty_rows = empty_rows_mask(empty, b, k_, x.device());
+  Tensor pooled;
   if (max_) {
-    // Rows beyond n hold -inf so they never win; a window with no real row gives 0.
-    Tensor padded = pad_rows(x, k_ * w, -std::numeric_limits<double>::infinity());
-    Tensor pooled = std::get<0>(max(padded.reshape(windows), 3));
-    Tensor has_rows = gt(from(real, {k_, 1}).to(x.dtype()).to(x.device()),
-                         scalar_tensor(0.0, {.dtype = x.dtype(), .device = x.device()}));
-    return where(has_rows, pooled, scalar_tensor(0.0, {.dtype = x.dtype(), .device = x.device()}));
+    pooled = std::get<0>(max(gathered, 2));
+    // An empty window's max is -inf; it gives 0 instead, as its attention weight is 0 and
+    // 0 * -inf would be NaN.
+    if (empty_rows.defined()) pooled = masked_fill(pooled, empty_rows.unsqueeze(2), 0.0);
+  } else {
+    pooled = mul(sum(gathered, {2}), from(scale, {b, k_, 1}).to(x.dtype()).to(x.device()));
   }
-  Tensor summed = sum(pad_rows(x, k_ * w).reshape(windows), {3});
-  for (double& r : real) r = r > 0 ? 1.0 / r : 0.0;
-  return mul(summed, from(real, {k_, 1}).to(x.dtype()).to(x.device()));
+  // [B, k, H*d] -> [B, H, k, d]
+  return {pooled.reshape({b, k_, h, d}).permute({0, 2, 1, 3}).contiguous(), empty_rows};
 }
 
 // --- strided convolution, kernel = stride = ceil(max_seq_len / k) ---
@@ -164,23 +266,70 @@ ConvProjection::ConvProjection(const ProjectionSpec& spec)
       max_seq_len_(spec.max_seq_len),
       window_((spec.max_seq_len + spec.k - 1) / spec.k) {
   check_spec(spec, "ConvProjection");
-  weight = register_parameter("weight", empty({spec.head_dim, spec.head_dim, window_}));
-  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  const std::int64_t d = spec.head_dim;
+  if (spec.heads == 1) {
+    weight = register_parameter("weight", empty({d, d, window_}));
+    init::kaiming_uniform_(weight, std::sqrt(5.0));
+  } else {
+    // One [d, d, w] kernel per head, each initialised as a Conv1d's (fan_in = d * w).
+    weight = register_parameter("weight", empty({spec.heads, d, d, window_}));
+    const double bound = 1.0 / std::sqrt(static_cast<double>(d * window_));
+    init::uniform_(weight, -bound, bound);
+  }
 }
 
 Tensor ConvProjection::forward(const Tensor& x) const {
-  check_input(x, max_seq_len_, "ConvProjection");
+  return project(x, Tensor()).rows;
+}
+
+Projected ConvProjection::project(const Tensor& x, const Tensor& key_padding_mask) const {
+  const std::int64_t n = check_input(x, max_seq_len_, "ConvProjection");
+  check_padding_mask(key_padding_mask, x, "ConvProjection");
   const std::int64_t b = x.size(0), h = x.size(1), d = x.size(3);
-  TF_CHECK(d == weight.size(0), "ConvProjection: built for head width ", weight.size(0),
-           ", the input has ", d);
-  // [B, H, k*w, d] -> [B*H, d, k*w]: channels are the features, the sequence is the length.
-  Tensor seq = pad_rows(x, k_ * window_).reshape({b * h, k_ * window_, d}).transpose(1, 2);
-  Tensor y = conv1d(seq.contiguous(), weight, Tensor(), window_, 0);  // [B*H, d, k]
-  return y.transpose(1, 2).reshape({b, h, k_, d});
+  const bool per_head = weight.dim() == 4;
+  const std::int64_t width = per_head ? weight.size(1) : weight.size(0);
+  TF_CHECK(d == width, "ConvProjection: built for head width ", width, ", the input has ", d);
+  TF_CHECK(!per_head || weight.size(0) == h, "ConvProjection: built with a kernel for each of ",
+           weight.size(0), " heads, the input has ", h);
+  // The padded rows arrive zeroed, and the tail beyond n is zero-padded, so a padded batch gives
+  // each sequence what its cut version gives. [B, H, k*w, d] -> [B*H, d, k*w]: channels are the
+  // features, the sequence is the length.
+  Tensor padded = pad_rows(x, k_ * window_);
+  Tensor rows;
+  if (!per_head) {
+    Tensor seq = padded.reshape({b * h, k_ * window_, d}).transpose(1, 2);
+    Tensor y = conv1d(seq.contiguous(), weight, Tensor(), window_, 0);  // [B*H, d, k]
+    rows = y.transpose(1, 2).reshape({b, h, k_, d});
+  } else {
+    std::vector<Tensor> heads;
+    for (std::int64_t i = 0; i < h; ++i) {
+      Tensor seq = padded.select(1, i).transpose(1, 2).contiguous();  // [B, d, k*w]
+      heads.push_back(conv1d(seq, weight.select(0, i), Tensor(), window_, 0).transpose(1, 2));
+    }
+    rows = stack(heads, 1);  // [B, H, k, d]
+  }
+  // Window i covers positions i*w .. i*w+w-1; it is empty when none of them is real.
+  std::vector<bool> empty(static_cast<std::size_t>(b * k_), true);
+  if (!key_padding_mask.defined()) {
+    for (std::int64_t s = 0; s < b; ++s) {
+      for (std::int64_t i = 0; i < k_; ++i) {
+        empty[static_cast<std::size_t>(s * k_ + i)] = i * window_ >= n;
+      }
+    }
+  } else {
+    const auto real = real_positions(key_padding_mask, b, n);
+    for (std::int64_t s = 0; s < b; ++s) {
+      for (std::int64_t j : real[static_cast<std::size_t>(s)]) {
+        empty[static_cast<std::size_t>(s * k_ + j / window_)] = false;
+      }
+    }
+  }
+  return {rows, empty_rows_mask(empty, b, k_, x.device())};
 }
 
 std::string ConvProjection::extra_repr() const {
-  return "k=" + std::to_string(k_) + ", window=" + std::to_string(window_);
+  return (weight.dim() == 4 ? "heads=" + std::to_string(weight.size(0)) + ", " : std::string()) +
+         "k=" + std::to_string(k_) + ", window=" + std::to_string(window_);
 }
 
 Tensor IdentityProjection::forward(const Tensor& x) const {
@@ -188,6 +337,13 @@ Tensor IdentityProjection::forward(const Tensor& x) const {
            "IdentityProjection: expected input [B, H, ", k_, ", d] (k must equal n), got ",
            x.defined() ? shape_str(x.shape()) : "an undefined Tensor");
   return x;
+}
+
+Projected IdentityProjection::project(const Tensor& x, const Tensor& key_padding_mask) const {
+  Tensor rows = forward(x);
+  check_padding_mask(key_padding_mask, x, "IdentityProjection");
+  // Row i is position i: a padded position is an empty row.
+  return {rows, key_padding_mask};
 }
 
 }  // namespace tinyformer::nn

@@ -2,33 +2,63 @@
 // the rank (docs/attention.md, "Projection kinds"). One small interface, one class per kind,
 // and a registry so that a user adds a kind as one class plus one register_projection call.
 //
-// Every kind returns exactly k rows for every n <= max_seq_len:
+// Every kind returns exactly k rows for every n <= max_seq_len. A sequence's real positions are
+// those its key-padding mask leaves false (all n without a mask); m is their number.
 // - linear: x' = E[:, :n] x with a learned E in R^{k x max_seq_len} (N(0, 1/k) initially).
-// - mean / max pooling: window = stride = w = ceil(n / k). The sequence is cut into k windows
-//   of w rows, the last ones partly or wholly beyond n; each output row is the mean (or max)
-//   of the real rows of its window, and 0 for a window with none.
+//   Padded rows arrive zeroed, so they add nothing; no summary row is ever empty.
+// - mean / max pooling: windows over the real positions of each sequence, like adaptive
+//   pooling. For m >= k, window i holds real positions floor(i m / k) .. ceil((i + 1) m / k) - 1
+//   (never empty; neighbouring windows may share a row); for m < k, window i holds real
+//   position i alone for i < m, and windows m .. k-1 are empty. Each output row is the mean (or
+//   max) of its window; an empty window gives 0 and is reported empty.
 // - conv: a Conv1d over the sequence with kernel = stride = w = ceil(max_seq_len / k) and
-//   channels = head width, weights shared by the heads; the sequence is zero-padded at the end
-//   to k * w rows.
-// - identity: x' = x (k must equal n); for tests and teaching (it makes Linformer attention
-//   exactly full attention).
+//   channels = head width: one kernel per head for sharing "none", one for all heads
+//   otherwise. The windows are fixed by max_seq_len: window i covers positions i*w .. i*w+w-1,
+//   the sequence zero-padded at the end to k * w rows; a window with no real position is
+//   reported empty.
+// - identity: x' = x (k must equal n); its padded rows are reported empty. For tests and
+//   teaching (it makes Linformer attention exactly full attention).
+// LinformerAttention excludes the empty rows from the softmax (weight exactly 0), so a summary
+// row that covers no real position never soaks up attention. Pooling works on the real positions
+// wherever the padding lies; linear and conv index positions, so a padded sequence gives what
+// its cut version gives when the padding is at the end (as batches are padded).
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/module.h"
 
 namespace tinyformer::nn {
 
+// A projection's result: the k summary rows and which of them cover no real position.
+struct Projected {
+  Tensor rows;  // [B, H, k, d]
+  // [B, k] bool, true where summary row i of sequence b covers no real position (the attention
+  // excludes it); undefined when no row is empty.
+  Tensor empty_rows;
+};
+
 class Projection : public Module {
  public:
-  // x: [B, H, n, d] with n <= max_seq_len -> [B, H, k, d].
+  // x: [B, H, n, d] with n <= max_seq_len -> [B, H, k, d], every position real. Rows that
+  // cover no position (pooling with n < k, conv windows beyond n) are 0; project() reports them.
   virtual Tensor forward(const Tensor& x) const = 0;
+  // The same for a padded batch. x: [B, H, n, d] with its padded rows already zeroed;
+  // key_padding_mask: [B, n] bool, true at padded positions, or undefined (nothing padded).
+  // A padded position must contribute nothing to any summary row. The default, forward(x) with
+  // no empty row, is right for every kind whose rows are products of a matrix with x (like
+  // linear): the zeroed rows then add exactly nothing, and every row mixes all real positions.
+  virtual Projected project(const Tensor& x, const Tensor& key_padding_mask) const;
   virtual std::int64_t k() const = 0;
 };
+
+// The pooling window rule (see above): the real positions [start, end) that window i of k
+// covers in a sequence of m real positions; start == end for an empty window.
+std::pair<std::int64_t, std::int64_t> pool_window(std::int64_t i, std::int64_t m, std::int64_t k);
 
 // What a projection is built from.
 struct ProjectionSpec {
@@ -63,6 +93,7 @@ class PoolProjection : public Projection {
  public:
   PoolProjection(const ProjectionSpec& spec, bool max);
   Tensor forward(const Tensor& x) const override;
+  Projected project(const Tensor& x, const Tensor& key_padding_mask) const override;
   std::int64_t k() const override { return k_; }
   std::string type_name() const override {
     return max_ ? "MaxPoolProjection" : "MeanPoolProjection";
@@ -78,6 +109,7 @@ class ConvProjection : public Projection {
  public:
   explicit ConvProjection(const ProjectionSpec& spec);
   Tensor forward(const Tensor& x) const override;
+  Projected project(const Tensor& x, const Tensor& key_padding_mask) const override;
   std::int64_t k() const override { return k_; }
   std::string type_name() const override { return "ConvProjection"; }
   std::string extra_repr() const override;
@@ -92,6 +124,7 @@ class IdentityProjection : public Projection {
  public:
   explicit IdentityProjection(const ProjectionSpec& spec) : k_(spec.k) {}
   Tensor forward(const Tensor& x) const override;
+  Projected project(const Tensor& x, const Tensor& key_padding_mask) const override;
   std::int64_t k() const override { return k_; }
   std::string type_name() const override { return "IdentityProjection"; }
 

@@ -267,17 +267,25 @@ TEST_CASE("every projection kind gives exactly k rows for every n <= max_seq_len
 }
 
 TEST_CASE("pooling projections follow the documented window rule") {
-  // n = 5, k = 2: w = 3; window 0 = rows 0..2, window 1 = rows 3..4 (one row short).
+  // n = 5, k = 2 (adaptive windows): window 0 = rows floor(0) .. ceil(5/2)-1 = 0..2, window 1 =
+  // rows floor(5/2) .. ceil(10/2)-1 = 2..4 (row 2 in both).
   Tensor x = from<float>({1, 2, 3, 4, 6}, {1, 1, 5, 1});
   auto mean = nn::make_projection("mean", {.k = 2, .max_seq_len = 8, .head_dim = 1});
   auto max = nn::make_projection("max", {.k = 2, .max_seq_len = 8, .head_dim = 1});
-  CHECK(mean->forward(x).to_vector<float>() == std::vector<float>{2.0f, 5.0f});
+  const auto means = mean->forward(x).to_vector<float>();
+  REQUIRE(means.size() == 2);
+  CHECK(means[0] == 2.0f);
+  CHECK(means[1] == doctest::Approx(13.0 / 3.0).epsilon(1e-6));
   CHECK(max->forward(x).to_vector<float>() == std::vector<float>{3.0f, 6.0f});
-  // n = 2, k = 4: w = 1; windows 2 and 3 hold no rows and give 0.
+  CHECK_FALSE(max->project(x, {}).empty_rows.defined());
+  // n = 2, k = 4: windows 0 and 1 are rows 0 and 1; windows 2 and 3 hold no row: 0, and
+  // reported empty so that attention excludes them.
   Tensor y = from<float>({-1, -2}, {1, 1, 2, 1});
   CHECK(max->forward(y).to_vector<float>().size() == 2);
   auto max4 = nn::make_projection("max", {.k = 4, .max_seq_len = 8, .head_dim = 1});
   CHECK(max4->forward(y).to_vector<float>() == std::vector<float>{-1.0f, -2.0f, 0.0f, 0.0f});
+  CHECK(max4->project(y, {}).empty_rows.to_vector<bool>() ==
+        std::vector<bool>{false, false, true, true});
 }
 
 TEST_CASE("Linformer: padded tokens never change real positions, for every projection kind") {
