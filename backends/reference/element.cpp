@@ -85,12 +85,29 @@ void store_int(const Tensor& t, std::int64_t pos, std::int64_t v) {
   static_cast<std::int64_t*>(t.data_ptr())[pos] = v;
 }
 
+// The position of element i in row-major order: its multi-index (the last dim varying fastest)
+// dotted with the strides, without building the index.
+static std::int64_t position_of(const Tensor& t, std::int64_t i) {
+  std::int64_t pos = 0;
+  for (std::size_t d = t.shape().size(); d-- > 0;) {
+    pos += (i % t.shape()[d]) * t.strides()[d];
+    i /= t.shape()[d];
+  }
+  return pos;
+}
 double get(const Tensor& t, std::int64_t i) {
-  return load(t, position(t, unravel(t.shape(), i)));
+  return load(t, position_of(t, i));
 }
 void set(const Tensor& t, std::int64_t i, double v) {
-  store(t, position(t, unravel(t.shape(), i)), v);
+  store(t, position_of(t, i), v);
 }
+std::int64_t get_int(const Tensor& t, std::int64_t i) {
+  return load_int(t, position_of(t, i));
+}
+void set_int(const Tensor& t, std::int64_t i, std::int64_t v) {
+  store_int(t, position_of(t, i), v);
+}
+
 // The position of a short multi-index, without building a vector (matmul calls it per term).
 static std::int64_t position_of(const Tensor& t, std::initializer_list<std::int64_t> index) {
   std::int64_t pos = 0;
@@ -103,12 +120,6 @@ double at(const Tensor& t, std::initializer_list<std::int64_t> index) {
 }
 void set_at(const Tensor& t, std::initializer_list<std::int64_t> index, double v) {
   store(t, position_of(t, index), v);
-}
-std::int64_t get_int(const Tensor& t, std::int64_t i) {
-  return load_int(t, position(t, unravel(t.shape(), i)));
-}
-void set_int(const Tensor& t, std::int64_t i, std::int64_t v) {
-  store_int(t, position(t, unravel(t.shape(), i)), v);
 }
 
 }  // namespace tinyformer::reference
