@@ -24,7 +24,8 @@ TEST_CASE("coverage: every primitive op has a parity case") {
   for (const char* op : op_names) {
     if (!covered.contains(op)) append(missing, op);
   }
-  INFO("ops of core/ops.def without a parity case for the ", target().name, " backend: ", missing);
+  INFO("ops of core/ops.def without a parity case for the ", std::string(target().name),
+       " backend: ", missing);
   CHECK(missing.empty());
   // And no case claims an op that does not exist (a typo would hide a missing case).
   for (const auto& name : covered) {
@@ -70,7 +71,7 @@ TEST_CASE("coverage: every row of the elementwise table has a parity case in eac
         append(missing, std::string("binary ") + binary_name(op) + " " + dtype_name(dtype));
     }
   }
-  INFO("rows of core/elementwise.def without a parity case for the ", target().name,
+  INFO("rows of core/elementwise.def without a parity case for the ", std::string(target().name),
        " backend: ", missing);
   CHECK(missing.empty());
 }
