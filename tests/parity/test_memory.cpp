@@ -178,25 +178,25 @@ TEST_CASE("parity: copy: strided destinations, permutes, expands and unaligned v
          }},
     };
     for (const auto& [name, view] : views) {
-      const Tensor cuda_src = view(base.dev), cpu_src = view(base.ref);
+      const Tensor dev_src = view(base.dev), ref_src = view(base.ref);
       for (DType to_dtype : {dtype, DType::float64}) {
-        Pair dst = parity::make_output(cpu_src.shape(), to_dtype);
-        parity::dev().copy(cuda_src, dst.dev);
-        parity::ref().copy(cpu_src, dst.ref);
+        Pair dst = parity::make_output(ref_src.shape(), to_dtype);
+        parity::dev().copy(dev_src, dst.dev);
+        parity::ref().copy(ref_src, dst.ref);
         parity::check_close(dst, name + " " + dtype_name(dtype) + " -> " + dtype_name(to_dtype),
                             0.0, 0.0);
       }
     }
     // Contiguous views at an odd offset: the conversion cannot use vector loads.
     const Pair flat = parity::make_pair({1001}, dtype, Layout::contiguous, 24);
-    const Tensor cuda_src = raw::as_strided(flat.dev, {999}, {1}, 1);
-    const Tensor cpu_src = raw::as_strided(flat.ref, {999}, {1}, 1);
+    const Tensor dev_src = raw::as_strided(flat.dev, {999}, {1}, 1);
+    const Tensor ref_src = raw::as_strided(flat.ref, {999}, {1}, 1);
     for (DType to_dtype : all_dtypes()) {
       Pair dst = parity::make_pair({1001}, to_dtype, Layout::contiguous, 25);
-      const Tensor cuda_dst = raw::as_strided(dst.dev, {999}, {1}, 2);
-      const Tensor cpu_dst = raw::as_strided(dst.ref, {999}, {1}, 2);
-      parity::dev().copy(cuda_src, cuda_dst);
-      parity::ref().copy(cpu_src, cpu_dst);
+      const Tensor dev_dst = raw::as_strided(dst.dev, {999}, {1}, 2);
+      const Tensor ref_dst = raw::as_strided(dst.ref, {999}, {1}, 2);
+      parity::dev().copy(dev_src, dev_dst);
+      parity::ref().copy(ref_src, ref_dst);
       check_whole(
           dst, std::string("unaligned copy ") + dtype_name(dtype) + " -> " + dtype_name(to_dtype));
     }
