@@ -74,7 +74,13 @@ void check_softmax(const Pair& x, DType dtype, bool log, const std::string& what
   const Pair dx = make_rounded_output(shape, dtype);
   dev().softmax_backward(y_in.dev, g.dev, log, dx.dev);
   ref().softmax_backward(y_in.ref, g.ref, log, dx.ref);
-  expect_close(dx, what + " backward");
+  if (log && dtype == DType::float32) {
+    // dx = g - exp(y) sum_j g[j]: the float32 sum of C gradients in [-1, 1) carries an absolute
+    // rounding error that grows with C.
+    check_close(dx, what + " backward", -1.0, 1e-6 + 1e-8 * static_cast<double>(shape[1]));
+  } else {
+    expect_close(dx, what + " backward");
+  }
 }
 
 TEST_CASE("parity: softmax and log_softmax over odd row lengths, forward and backward") {
