@@ -8,6 +8,7 @@ declare -A allowed=(
   [core]="core"
   [autograd]="core autograd"
   [nn]="core autograd nn"
+  [backends/reference]="core backends/reference"
   [backends/cpu]="core backends/cpu"
   [backends/cuda]="core backends/cuda"
 )

@@ -1,6 +1,8 @@
 // The CPU backend's compute-bound kernels (matmul, softmax, layer_norm, conv1d, pool1d) against
-// plain reference loops in double precision: every operand layout matmul accepts (contiguous,
-// transposed, sliced, broadcast, permuted, copy-only), odd sizes, float32 and float64.
+// the reference backend computing in float64 on the same (widened) values: every operand layout
+// matmul accepts (contiguous, transposed, sliced, broadcast, permuted, copy-only), odd sizes,
+// float32 and float64, with the CPU's own tolerances; and the CPU's own concerns (which operands
+// BLAS reads in place, the oneDNN primitive cache, error messages).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,6 +14,7 @@
 
 #include "backends/cpu/dnnl_context.h"
 #include "backends/cpu/matmul.h"
+#include "backends/reference/reference_backend.h"
 #include "core/backend.h"
 #include "core/tensor.h"
 
@@ -21,6 +24,9 @@ using namespace tinyformer;
 
 Backend& cpu() {
   return backend(Device::cpu());
+}
+Backend& ref() {
+  return reference_backend();
 }
 
 // --- making and reading tensors without the kernels under test ---
@@ -44,14 +50,6 @@ Tensor random_tensor(const Shape& shape, DType dtype, unsigned seed) {
   return make(random_values(shape_numel(shape), seed), shape, dtype);
 }
 
-// The element at multi-index `idx`, read through t's strides.
-double at(const Tensor& t, std::initializer_list<std::int64_t> idx) {
-  std::int64_t pos = 0, d = 0;
-  for (std::int64_t i : idx) pos += i * t.strides()[static_cast<std::size_t>(d++)];
-  if (t.dtype() == DType::float64) return static_cast<const double*>(t.data_ptr())[pos];
-  return static_cast<const float*>(t.data_ptr())[pos];
-}
-
 // The values of a contiguous tensor, as doubles.
 std::vector<double> values(const Tensor& t) {
   REQUIRE(t.is_contiguous());
@@ -65,6 +63,15 @@ std::vector<double> values(const Tensor& t) {
 
 Tensor empty_of(const Shape& shape, DType dtype) {
   return empty(shape, {.dtype = dtype});
+}
+
+// t's values in float64 (exactly), contiguous, for the reference backend to compute on in
+// double; an undefined tensor stays undefined.
+Tensor widened(const Tensor& t) {
+  if (!t.defined()) return t;
+  Tensor wide = empty_of(t.shape(), DType::float64);
+  ref().copy(t, wide);
+  return wide;
 }
 
 // |got - want| <= tol * (1 + |want|) for every element; reports the first failure.
@@ -122,33 +129,11 @@ Tensor make_operand(Layout layout, std::int64_t b, std::int64_t r, std::int64_t 
   return {};
 }
 
-// The operand's elements in row-major order of its shape, read through its strides.
-std::vector<double> gather(const Tensor& t) {
-  std::vector<double> v;
-  for (std::int64_t i = 0; i < t.size(0); ++i) {
-    for (std::int64_t r = 0; r < t.size(1); ++r) {
-      for (std::int64_t c = 0; c < t.size(2); ++c) v.push_back(at(t, {i, r, c}));
-    }
-  }
-  return v;
-}
-
+// The exact products, summed in double by the reference backend.
 std::vector<double> matmul_reference(const Tensor& a, const Tensor& b) {
-  const std::int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
-  const std::vector<double> av = gather(a), bv = gather(b);
-  std::vector<double> out(static_cast<std::size_t>(batch * m * n), 0.0);
-  for (std::int64_t i = 0; i < batch; ++i) {
-    for (std::int64_t r = 0; r < m; ++r) {
-      for (std::int64_t j = 0; j < k; ++j) {
-        const double x = av[static_cast<std::size_t>((i * m + r) * k + j)];
-        for (std::int64_t c = 0; c < n; ++c) {
-          out[static_cast<std::size_t>((i * m + r) * n + c)] +=
-              x * bv[static_cast<std::size_t>((i * k + j) * n + c)];
-        }
-      }
-    }
-  }
-  return out;
+  Tensor out = empty_of({std::max(a.size(0), b.size(0)), a.size(1), b.size(2)}, DType::float64);
+  ref().matmul(widened(a), widened(b), out);
+  return values(out);
 }
 
 void check_matmul(const Tensor& a, const Tensor& b) {
@@ -283,23 +268,20 @@ TEST_CASE("dnnl primitive cache: a repeated shape is a hit, the size stays bound
 
 // ============================== softmax ==============================
 
+// softmax or log-softmax of x, and its backward from that y and the gradient g, in double.
 std::vector<double> softmax_reference(const Tensor& x, bool log) {
-  const std::int64_t rows = x.size(0), cols = x.size(1);
-  std::vector<double> out(static_cast<std::size_t>(rows * cols));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    double m = -std::numeric_limits<double>::infinity();
-    for (std::int64_t c = 0; c < cols; ++c) m = std::max(m, at(x, {r, c}));
-    double s = 0;
-    for (std::int64_t c = 0; c < cols; ++c) s += std::exp(at(x, {r, c}) - m);
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const double v = at(x, {r, c}) - m;
-      out[static_cast<std::size_t>(r * cols + c)] = log ? v - std::log(s) : std::exp(v) / s;
-    }
-  }
-  return out;
+  Tensor y = empty_of(x.shape(), DType::float64);
+  ref().softmax(widened(x), log, y);
+  return values(y);
+}
+std::vector<double> softmax_backward_reference(const Tensor& x, const Tensor& g, bool log) {
+  Tensor y = empty_of(x.shape(), DType::float64), dx = empty_of(x.shape(), DType::float64);
+  ref().softmax(widened(x), log, y);
+  ref().softmax_backward(y, widened(g), log, dx);
+  return values(dx);
 }
 
-TEST_CASE("softmax and log_softmax: forward and backward against double loops") {
+TEST_CASE("softmax and log_softmax: forward and backward against the reference") {
   const Shape shapes[] = {{64, 10}, {3, 1}, {5, 1000}, {129, 65}, {40, 1024}};
   for (DType dtype : {DType::float32, DType::float64}) {
     for (const Shape& shape : shapes) {
@@ -318,20 +300,7 @@ TEST_CASE("softmax and log_softmax: forward and backward against double loops") 
         const Tensor g = random_tensor(shape, dtype, 12);
         Tensor dx = empty_of(shape, dtype);
         cpu().softmax_backward(y, g, log, dx);
-        const std::int64_t rows = shape[0], cols = shape[1];
-        std::vector<double> dwant(want.size());
-        for (std::int64_t r = 0; r < rows; ++r) {
-          double dot = 0;
-          for (std::int64_t c = 0; c < cols; ++c) {
-            const auto i = static_cast<std::size_t>(r * cols + c);
-            dot += log ? at(g, {r, c}) : at(g, {r, c}) * want[i];
-          }
-          for (std::int64_t c = 0; c < cols; ++c) {
-            const auto i = static_cast<std::size_t>(r * cols + c);
-            dwant[i] =
-                log ? at(g, {r, c}) - std::exp(want[i]) * dot : want[i] * (at(g, {r, c}) - dot);
-          }
-        }
+        const std::vector<double> dwant = softmax_backward_reference(x, g, log);
         check_close(values(dx), dwant, dtype == DType::float64 ? 1e-12 : 2e-5);
       }
     }
@@ -376,41 +345,18 @@ struct LayerNormReference {
   std::vector<double> y, mean, rstd, dx, dw, db;
 };
 
+// The forward in double, then the backward from its (double) statistics.
 LayerNormReference layer_norm_reference(const Tensor& x, const Tensor& w, const Tensor& b,
                                         const Tensor& g, double eps) {
   const std::int64_t rows = x.size(0), cols = x.size(1);
-  LayerNormReference ref;
-  ref.y.resize(static_cast<std::size_t>(rows * cols));
-  ref.dx.resize(ref.y.size());
-  ref.dw.assign(static_cast<std::size_t>(cols), 0.0);
-  ref.db.assign(static_cast<std::size_t>(cols), 0.0);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    double mean = 0, var = 0;
-    for (std::int64_t c = 0; c < cols; ++c) mean += at(x, {r, c});
-    mean /= static_cast<double>(cols);
-    for (std::int64_t c = 0; c < cols; ++c) var += std::pow(at(x, {r, c}) - mean, 2);
-    const double rstd = 1.0 / std::sqrt(var / static_cast<double>(cols) + eps);
-    ref.mean.push_back(mean);
-    ref.rstd.push_back(rstd);
-    double sum_gy = 0, sum_gy_xhat = 0;
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const double xhat = (at(x, {r, c}) - mean) * rstd;
-      const double wc = w.defined() ? at(w, {c}) : 1.0;
-      ref.y[static_cast<std::size_t>(r * cols + c)] = xhat * wc + (b.defined() ? at(b, {c}) : 0.0);
-      sum_gy += at(g, {r, c}) * wc;
-      sum_gy_xhat += at(g, {r, c}) * wc * xhat;
-      ref.dw[static_cast<std::size_t>(c)] += at(g, {r, c}) * xhat;
-      ref.db[static_cast<std::size_t>(c)] += at(g, {r, c});
-    }
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const double xhat = (at(x, {r, c}) - mean) * rstd;
-      const double gy = at(g, {r, c}) * (w.defined() ? at(w, {c}) : 1.0);
-      ref.dx[static_cast<std::size_t>(r * cols + c)] =
-          rstd * (gy - sum_gy / static_cast<double>(cols) -
-                  xhat * sum_gy_xhat / static_cast<double>(cols));
-    }
-  }
-  return ref;
+  const Tensor x64 = widened(x), w64 = widened(w);
+  Tensor y = empty_of(x.shape(), DType::float64), mean = empty_of({rows}, DType::float64),
+         rstd = empty_of({rows}, DType::float64);
+  ref().layer_norm(x64, w64, widened(b), eps, y, mean, rstd);
+  Tensor dx = empty_of(x.shape(), DType::float64), dw = empty_of({cols}, DType::float64),
+         db = empty_of({cols}, DType::float64);
+  ref().layer_norm_backward(widened(g), x64, w64, mean, rstd, dx, dw, db);
+  return {values(y), values(mean), values(rstd), values(dx), values(dw), values(db)};
 }
 
 TEST_CASE("layer_norm: forward and backward, with and without weight and bias") {
@@ -498,12 +444,6 @@ struct ConvCase {
   std::int64_t out_length() const { return (length + 2 * padding - kernel) / stride + 1; }
 };
 
-// The input element feeding output position t through tap k, or -1 in the padding.
-std::int64_t input_index(const ConvCase& s, std::int64_t t, std::int64_t k) {
-  const std::int64_t i = t * s.stride - s.padding + k;
-  return i >= 0 && i < s.length ? i : -1;
-}
-
 TEST_CASE("conv1d: forward and backward with stride and padding") {
   const ConvCase cases[] = {{2, 3, 17, 4, 3, 1, 0},
                             {2, 3, 17, 4, 3, 2, 1},
@@ -527,31 +467,16 @@ TEST_CASE("conv1d: forward and backward with stride and padding") {
         Tensor out = empty_of({s.batch, s.c_out, lo}, dtype);
         cpu().conv1d(x, w, bias, s.stride, s.padding, out);
 
-        std::vector<double> want(static_cast<std::size_t>(s.batch * s.c_out * lo), 0.0);
-        std::vector<double> gx(static_cast<std::size_t>(x.numel()), 0.0);
-        std::vector<double> gw(static_cast<std::size_t>(w.numel()), 0.0);
-        std::vector<double> gb(static_cast<std::size_t>(s.c_out), 0.0);
-        for (std::int64_t b = 0; b < s.batch; ++b) {
-          for (std::int64_t o = 0; o < s.c_out; ++o) {
-            for (std::int64_t t = 0; t < lo; ++t) {
-              const double gv = at(g, {b, o, t});
-              double acc = with_bias ? at(bias, {o}) : 0.0;
-              gb[static_cast<std::size_t>(o)] += gv;
-              for (std::int64_t c = 0; c < s.c_in; ++c) {
-                for (std::int64_t k = 0; k < s.kernel; ++k) {
-                  const std::int64_t i = input_index(s, t, k);
-                  if (i < 0) continue;
-                  acc += at(w, {o, c, k}) * at(x, {b, c, i});
-                  gx[static_cast<std::size_t>((b * s.c_in + c) * s.length + i)] +=
-                      gv * at(w, {o, c, k});
-                  gw[static_cast<std::size_t>((o * s.c_in + c) * s.kernel + k)] +=
-                      gv * at(x, {b, c, i});
-                }
-              }
-              want[static_cast<std::size_t>((b * s.c_out + o) * lo + t)] = acc;
-            }
-          }
-        }
+        // The reference in double: out, and every gradient.
+        const Tensor x64 = widened(x), w64 = widened(w);
+        Tensor ref_out = empty_of(out.shape(), DType::float64);
+        ref().conv1d(x64, w64, widened(bias), s.stride, s.padding, ref_out);
+        Tensor ref_gx = empty_of(x.shape(), DType::float64),
+               ref_gw = empty_of(w.shape(), DType::float64),
+               ref_gb = empty_of({s.c_out}, DType::float64);
+        ref().conv1d_backward(widened(g), x64, w64, s.stride, s.padding, ref_gx, ref_gw, ref_gb);
+        const std::vector<double> want = values(ref_out), gx = values(ref_gx), gw = values(ref_gw),
+                                  gb = values(ref_gb);
         const double tol = tolerance(dtype);
         check_close(values(out), want, tol);
 
@@ -614,30 +539,11 @@ TEST_CASE("pool1d: average and max, forward and backward") {
         Tensor out = empty_of({batch, ch, lo}, dtype), gx = empty_of(x.shape(), dtype);
         cpu().pool1d(kind, x, pc.kernel, pc.stride, out);
         cpu().pool1d_backward(kind, g, x, pc.kernel, pc.stride, gx);
-        std::vector<double> want, gwant(static_cast<std::size_t>(x.numel()), 0.0);
-        for (std::int64_t b = 0; b < batch; ++b) {
-          for (std::int64_t c = 0; c < ch; ++c) {
-            for (std::int64_t t = 0; t < lo; ++t) {
-              double best = at(x, {b, c, t * pc.stride}), sum = 0;
-              std::int64_t arg = 0;
-              for (std::int64_t k = 0; k < pc.kernel; ++k) {
-                const double v = at(x, {b, c, t * pc.stride + k});
-                sum += v;
-                if (v > best) best = v, arg = k;
-              }
-              want.push_back(kind == PoolKind::max ? best : sum / static_cast<double>(pc.kernel));
-              const double gv = at(g, {b, c, t});
-              const std::int64_t base = (b * ch + c) * len + t * pc.stride;
-              for (std::int64_t k = 0; k < pc.kernel; ++k) {
-                if (kind == PoolKind::average) {
-                  gwant[static_cast<std::size_t>(base + k)] += gv / static_cast<double>(pc.kernel);
-                } else if (k == arg) {
-                  gwant[static_cast<std::size_t>(base + k)] += gv;
-                }
-              }
-            }
-          }
-        }
+        Tensor ref_out = empty_of(out.shape(), DType::float64),
+               ref_gx = empty_of(x.shape(), DType::float64);
+        ref().pool1d(kind, widened(x), pc.kernel, pc.stride, ref_out);
+        ref().pool1d_backward(kind, widened(g), widened(x), pc.kernel, pc.stride, ref_gx);
+        const std::vector<double> want = values(ref_out), gwant = values(ref_gx);
         check_close(values(out), want, tolerance(dtype));
         check_close(values(gx), gwant, tolerance(dtype));
       }

@@ -13,7 +13,7 @@
 #include "core/random.h"
 #include "nn/models.h"
 #include "nn/optim.h"
-#include "parity.h"
+#include "parity/parity.h"
 
 namespace {
 
@@ -65,7 +65,7 @@ double train_step(nn::MaskedLM& model, nn::optim::AdamW& optimizer, const Batch&
 }  // namespace
 
 TEST_CASE("end to end: a tiny masked-LM trains alike on the CPU and the GPU") {
-  if (!parity::gpu()) return;
+  if (!parity::available()) return;
   for (nn::AttentionKind attention : {nn::AttentionKind::full, nn::AttentionKind::linformer}) {
     CAPTURE(attention == nn::AttentionKind::full ? "full" : "linformer");
     const nn::EncoderConfig config = {.layers = 2,

@@ -1,6 +1,7 @@
-// CUDA parity of the reductions: reduce (sum, mean, max, min) over every single dim, several
+// Parity of the reductions: reduce (sum, mean, max, min) over every single dim, several
 // dims and all dims of 3-d and 4-d inputs in every layout, and max_dim with its tie and NaN
-// rules. A bfloat16 case runs the CPU in float32 on the same values and rounds its result once.
+// rules, against the reference backend. A bfloat16 case runs the reference in float32 on the same
+// values and compares with bfloat16's tolerance.
 #include <doctest/doctest.h>
 
 #include <array>
@@ -13,7 +14,7 @@
 #include "core/backend.h"
 #include "core/ops.h"
 #include "core/tensor.h"
-#include "parity.h"
+#include "parity/parity.h"
 
 TF_PARITY_COVERS(reduce);
 TF_PARITY_COVERS(max_dim);
@@ -25,18 +26,20 @@ namespace {
 constexpr std::array kLayouts = {Layout::contiguous, Layout::transposed, Layout::sliced,
                                  Layout::broadcast};
 constexpr std::array kOps = {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::min};
-constexpr std::array kDtypes = {DType::float32, DType::float64, DType::bfloat16, DType::int64};
+std::vector<DType> all_dtypes() {
+  return supported({DType::float32, DType::float64, DType::bfloat16, DType::int64});
+}
 
-// t as the CPU computes with it (bfloat16 widened to float32).
-Tensor for_cpu(const Tensor& t) {
+// t as the reference computes with it (bfloat16 widened to float32).
+Tensor for_ref(const Tensor& t) {
   return t.dtype() == DType::bfloat16 ? raw::to_dtype(t, DType::float32) : t;
 }
 Tensor as_dtype(const Tensor& t, DType dtype) {
   return t.dtype() == dtype ? t : raw::to_dtype(t, dtype);
 }
-// A CPU output for a case of `dtype`, filled with a sentinel as make_output's are.
-Tensor cpu_output(const Shape& shape, DType dtype) {
-  const DType d = cpu_dtype(dtype);
+// A reference output for a case of `dtype`, filled with a sentinel as make_output's are.
+Tensor ref_output(const Shape& shape, DType dtype) {
+  const DType d = ref_dtype(dtype);
   const double sentinel = d == DType::int64 ? -12345.0 : std::numeric_limits<double>::quiet_NaN();
   return full(shape, sentinel, {.dtype = d});
 }
@@ -44,7 +47,7 @@ Tensor cpu_output(const Shape& shape, DType dtype) {
 // The same values on both devices from explicit host values (contiguous).
 Pair host_pair(const std::vector<double>& values, const Shape& shape, DType dtype) {
   const Tensor host = raw::to_dtype(from<double>(values, shape), dtype);
-  return {host, raw::to_device(host, Device::cuda())};
+  return {host, to_dev(host)};
 }
 
 // Values in {0, 1, 2} (many ties), with NaN at about one element in `nan_every` (0: none).
@@ -79,18 +82,18 @@ Shape keepdim_shape(const Shape& shape, const Shape& dims) {
 }
 
 void check_reduce(ReduceOp op, const Pair& x, const Shape& dims, const std::string& layout) {
-  const DType dtype = x.cpu.dtype();
-  const Shape keep = keepdim_shape(x.cpu.shape(), dims);
+  const DType dtype = x.ref.dtype();
+  const Shape keep = keepdim_shape(x.ref.shape(), dims);
   const Pair out = make_output(keep, dtype);
-  cuda_be().reduce(op, x.cuda, dims, out.cuda);
-  const Tensor expected = cpu_output(keep, dtype);
-  cpu_be().reduce(op, for_cpu(x.cpu), dims, expected);
-  check_close(out.cuda, as_dtype(expected, dtype),
-              describe(reduce_name(op), dtype, x.cpu.shape(), layout, dims));
+  dev().reduce(op, x.dev, dims, out.dev);
+  const Tensor expected = ref_output(keep, dtype);
+  ref().reduce(op, for_ref(x.ref), dims, expected);
+  check_close(out.dev, as_dtype(expected, dtype),
+              describe(reduce_name(op), dtype, x.ref.shape(), layout, dims));
 }
 
-TEST_CASE("cuda parity: reduce over every dim set of 3-d and 4-d inputs, every dtype and layout") {
-  if (!gpu()) return;
+TEST_CASE("parity: reduce over every dim set of 3-d and 4-d inputs, every dtype and layout") {
+  if (!available()) return;
   const std::vector<Shape> dims3 = {{},     {0},    {1},    {2},    {-1},
                                     {0, 1}, {0, 2}, {1, 2}, {2, 0}, {0, 1, 2}};
   const std::vector<Shape> dims4 = {{0}, {1}, {2}, {3}, {1, 3}, {0, 2, 3}, {-1, -2}, {0, 1, 2, 3}};
@@ -98,7 +101,7 @@ TEST_CASE("cuda parity: reduce over every dim set of 3-d and 4-d inputs, every d
       {{5, 7, 33}, dims3}, {{2, 1, 9}, dims3}, {{2, 3, 5, 7}, dims4}};
   std::uint64_t seed = 1;
   for (const auto& [shape, dim_sets] : cases) {
-    for (DType dtype : kDtypes) {
+    for (DType dtype : all_dtypes()) {
       for (Layout layout : kLayouts) {
         const Pair x = make_pair(shape, dtype, layout, ++seed);
         for (const Shape& dims : dim_sets) {
@@ -112,15 +115,15 @@ TEST_CASE("cuda parity: reduce over every dim set of 3-d and 4-d inputs, every d
   }
 }
 
-TEST_CASE("cuda parity: reduce of a large input (long rows, split reductions, columns)") {
-  if (!gpu()) return;
+TEST_CASE("parity: reduce of a large input (long rows, split reductions, columns)") {
+  if (!available()) return;
   // [3, 1000, 333]: the last dim alone is a row per output (rows of 333 elements, most of them
   // not aligned for vector loads); dims {1, 2} and all dims are long rows split over many
   // blocks; dims {0}, {1} and {0, 1} reduce columns (the contiguous dim is kept); {0, 2} reduces
   // rows through two strided dims.
   const Shape shape = {3, 1000, 333};
   const std::vector<Shape> dim_sets = {{0}, {1}, {2}, {0, 1}, {0, 2}, {1, 2}, {0, 1, 2}};
-  for (DType dtype : {DType::float32, DType::bfloat16}) {
+  for (DType dtype : supported({DType::float32, DType::bfloat16})) {
     for (Layout layout : {Layout::contiguous, Layout::transposed}) {
       const Pair x = make_pair(shape, dtype, layout, 7);
       for (const Shape& dims : dim_sets) {
@@ -140,42 +143,40 @@ TEST_CASE("cuda parity: reduce of a large input (long rows, split reductions, co
   }
 }
 
-TEST_CASE("cuda parity: reduce into a strided output, of a scalar, and over an empty dim") {
-  if (!gpu()) return;
-  for (DType dtype : {DType::float32, DType::bfloat16}) {
+TEST_CASE("parity: reduce into a strided output, of a scalar, and over an empty dim") {
+  if (!available()) return;
+  for (DType dtype : supported({DType::float32, DType::bfloat16})) {
     // out: [5, 1, 9] laid out with the 5 innermost.
     const Pair x = make_pair({5, 7, 9}, dtype, Layout::sliced, 3);
     const Tensor host_buffer = full({45}, 0.0, {.dtype = dtype});
-    const Pair out = {
-        raw::as_strided(host_buffer, {5, 1, 9}, {1, 45, 5}, 0),
-        raw::as_strided(raw::to_device(host_buffer, Device::cuda()), {5, 1, 9}, {1, 45, 5}, 0)};
-    cuda_be().reduce(ReduceOp::sum, x.cuda, {1}, out.cuda);
-    const Tensor expected = cpu_output({5, 1, 9}, dtype);
-    cpu_be().reduce(ReduceOp::sum, for_cpu(x.cpu), {1}, expected);
-    check_close(out.cuda, as_dtype(expected, dtype), "sum into a strided output");
+    const Pair out = {raw::as_strided(host_buffer, {5, 1, 9}, {1, 45, 5}, 0),
+                      raw::as_strided(to_dev(host_buffer), {5, 1, 9}, {1, 45, 5}, 0)};
+    dev().reduce(ReduceOp::sum, x.dev, {1}, out.dev);
+    const Tensor expected = ref_output({5, 1, 9}, dtype);
+    ref().reduce(ReduceOp::sum, for_ref(x.ref), {1}, expected);
+    check_close(out.dev, as_dtype(expected, dtype), "sum into a strided output");
   }
   // A 0-dim input: nothing to reduce, the value is copied.
   const Tensor scalar = scalar_tensor(2.5);
-  const Pair s = {scalar, raw::to_device(scalar, Device::cuda())};
+  const Pair s = {scalar, to_dev(scalar)};
   for (const Shape& dims : std::vector<Shape>{{}, {0}, {-1}}) {
     for (ReduceOp op : kOps) check_reduce(op, s, dims, "0-dim");
   }
   // An empty reduced dim: the sum is 0, the mean NaN; max and min have no answer.
   const Tensor none = empty({0, 5});
-  const Pair e = {none, raw::to_device(none, Device::cuda())};
+  const Pair e = {none, to_dev(none)};
   check_reduce(ReduceOp::sum, e, {0}, "empty");
   check_reduce(ReduceOp::mean, e, {0}, "empty");
   check_reduce(ReduceOp::sum, e, {1}, "empty");  // an empty output: nothing to do
-  CHECK_THROWS_AS(
-      cuda_be().reduce(ReduceOp::max, e.cuda, {0}, make_output({1, 5}, DType::float32).cuda),
-      Error);
+  CHECK_THROWS_AS(dev().reduce(ReduceOp::max, e.dev, {0}, make_output({1, 5}, DType::float32).dev),
+                  Error);
 }
 
-TEST_CASE("cuda parity: max and min propagate NaN") {
-  if (!gpu()) return;
-  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16}) {
+TEST_CASE("parity: max and min propagate NaN") {
+  if (!available()) return;
+  for (DType dtype : floating_dtypes()) {
     const Pair x = host_pair(tied_values(6 * 40, 5, 25), {6, 40}, dtype);
-    const Pair xt = {x.cpu.transpose(0, 1), x.cuda.transpose(0, 1)};
+    const Pair xt = {x.ref.transpose(0, 1), x.dev.transpose(0, 1)};
     for (const Shape& dims : std::vector<Shape>{{0}, {1}, {0, 1}}) {
       for (ReduceOp op : {ReduceOp::max, ReduceOp::min, ReduceOp::sum}) {
         check_reduce(op, x, dims, "contiguous with NaN");
@@ -188,24 +189,24 @@ TEST_CASE("cuda parity: max and min propagate NaN") {
 // --- max_dim ---
 
 void check_max_dim(const Pair& x, std::int64_t dim, const std::string& layout) {
-  const DType dtype = x.cpu.dtype();
-  const Shape keep = keepdim_shape(x.cpu.shape(), {dim});
+  const DType dtype = x.ref.dtype();
+  const Shape keep = keepdim_shape(x.ref.shape(), {dim});
   const Pair values = make_output(keep, dtype);
   const Pair indices = make_output(keep, DType::int64);
-  cuda_be().max_dim(x.cuda, dim, values.cuda, indices.cuda);
-  const Tensor expected_values = cpu_output(keep, dtype);
-  const Tensor expected_indices = cpu_output(keep, DType::int64);
-  cpu_be().max_dim(for_cpu(x.cpu), dim, expected_values, expected_indices);
-  const std::string what = describe("max_dim", dtype, x.cpu.shape(), layout, {dim});
-  check_close(values.cuda, as_dtype(expected_values, dtype), what + " values");
-  check_close(indices.cuda, expected_indices, what + " indices");
+  dev().max_dim(x.dev, dim, values.dev, indices.dev);
+  const Tensor expected_values = ref_output(keep, dtype);
+  const Tensor expected_indices = ref_output(keep, DType::int64);
+  ref().max_dim(for_ref(x.ref), dim, expected_values, expected_indices);
+  const std::string what = describe("max_dim", dtype, x.ref.shape(), layout, {dim});
+  check_close(values.dev, as_dtype(expected_values, dtype), what + " values");
+  check_close(indices.dev, expected_indices, what + " indices");
 }
 
-TEST_CASE("cuda parity: max_dim over every dim, every dtype and layout") {
-  if (!gpu()) return;
+TEST_CASE("parity: max_dim over every dim, every dtype and layout") {
+  if (!available()) return;
   std::uint64_t seed = 100;
   for (const Shape& shape : std::vector<Shape>{{5, 7, 33}, {2, 3, 5, 7}, {1, 40, 1}}) {
-    for (DType dtype : kDtypes) {  // int64 values are 0 to 6: ties everywhere
+    for (DType dtype : all_dtypes()) {  // int64 values are 0 to 6: ties everywhere
       for (Layout layout : kLayouts) {
         const Pair x = make_pair(shape, dtype, layout, ++seed);
         for (std::int64_t dim = -1; dim < static_cast<std::int64_t>(shape.size()); ++dim) {
@@ -217,17 +218,17 @@ TEST_CASE("cuda parity: max_dim over every dim, every dtype and layout") {
   const Pair big = make_pair({3, 1000, 333}, DType::float32, Layout::contiguous, 9);
   for (std::int64_t dim = 0; dim < 3; ++dim) check_max_dim(big, dim, "contiguous");
   const Tensor scalar = scalar_tensor(-1.5);
-  check_max_dim({scalar, raw::to_device(scalar, Device::cuda())}, 0, "0-dim");
+  check_max_dim({scalar, to_dev(scalar)}, 0, "0-dim");
 }
 
-TEST_CASE("cuda parity: max_dim takes the first maximum and the first NaN") {
-  if (!gpu()) return;
-  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16}) {
+TEST_CASE("parity: max_dim takes the first maximum and the first NaN") {
+  if (!available()) return;
+  for (DType dtype : floating_dtypes()) {
     // Few distinct values: every row has tied maxima; some rows hold NaN, some several.
     for (int nan_every : {0, 30}) {
       const Pair x = host_pair(tied_values(6 * 70, 11, nan_every), {6, 70}, dtype);
-      const Pair xt = {x.cpu.transpose(0, 1), x.cuda.transpose(0, 1)};
-      const Pair xs = {x.cpu.slice(1, 1, 70, 3), x.cuda.slice(1, 1, 70, 3)};
+      const Pair xt = {x.ref.transpose(0, 1), x.dev.transpose(0, 1)};
+      const Pair xs = {x.ref.slice(1, 1, 70, 3), x.dev.slice(1, 1, 70, 3)};
       for (std::int64_t dim : {0, 1}) {
         check_max_dim(x, dim, "contiguous with ties");
         check_max_dim(xt, dim, "transposed with ties");
@@ -246,33 +247,29 @@ TEST_CASE("cuda parity: max_dim takes the first maximum and the first NaN") {
   }
 }
 
-// --- bad input (on a GPU: the checks run before any kernel) ---
+// --- bad input (the checks run before any kernel) ---
 
-TEST_CASE("cuda: reductions reject bad input with an Error") {
-  if (!gpu()) return;
+TEST_CASE("parity: reductions reject bad input with an Error") {
+  if (!available()) return;
   const Pair x = make_pair({3, 4}, DType::float32, Layout::contiguous, 1);
   const Pair ints = make_pair({3, 4}, DType::int64, Layout::contiguous, 2);
-  const Tensor out = make_output({1, 4}, DType::float32).cuda;
-  CHECK_THROWS_AS(cuda_be().reduce(ReduceOp::sum, x.cuda, {0, 0}, out), Error);  // repeated dim
-  CHECK_THROWS_AS(cuda_be().reduce(ReduceOp::sum, x.cuda, {2}, out), Error);     // out of range
-  CHECK_THROWS_AS(cuda_be().reduce(ReduceOp::sum, x.cuda, {1}, out), Error);     // wrong shape
+  const Tensor out = make_output({1, 4}, DType::float32).dev;
+  CHECK_THROWS_AS(dev().reduce(ReduceOp::sum, x.dev, {0, 0}, out), Error);  // repeated dim
+  CHECK_THROWS_AS(dev().reduce(ReduceOp::sum, x.dev, {2}, out), Error);     // out of range
+  CHECK_THROWS_AS(dev().reduce(ReduceOp::sum, x.dev, {1}, out), Error);     // wrong shape
+  CHECK_THROWS_AS(dev().reduce(ReduceOp::sum, x.dev, {0}, make_output({1, 4}, DType::float64).dev),
+                  Error);
   CHECK_THROWS_AS(
-      cuda_be().reduce(ReduceOp::sum, x.cuda, {0}, make_output({1, 4}, DType::float64).cuda),
-      Error);
-  CHECK_THROWS_AS(
-      cuda_be().reduce(ReduceOp::mean, ints.cuda, {0}, make_output({1, 4}, DType::int64).cuda),
-      Error);
-  CHECK_THROWS_AS(cuda_be().reduce(ReduceOp::sum, x.cpu, {0}, out), Error);  // a CPU input
-  const Tensor values = make_output({3, 1}, DType::float32).cuda;
-  CHECK_THROWS_AS(cuda_be().max_dim(x.cuda, 1, values, make_output({3, 1}, DType::float32).cuda),
-                  Error);
-  CHECK_THROWS_AS(cuda_be().max_dim(x.cuda, 0, values, make_output({3, 1}, DType::int64).cuda),
-                  Error);
-  CHECK_THROWS_AS(cuda_be().max_dim(x.cuda, 2, values, make_output({3, 1}, DType::int64).cuda),
-                  Error);
-  const Tensor none = raw::to_device(empty({3, 0}), Device::cuda());
-  CHECK_THROWS_AS(cuda_be().max_dim(none, 1, values, make_output({3, 1}, DType::int64).cuda),
-                  Error);
+      dev().reduce(ReduceOp::mean, ints.dev, {0}, make_output({1, 4}, DType::int64).dev), Error);
+  if (!device().is_cpu()) {
+    CHECK_THROWS_AS(dev().reduce(ReduceOp::sum, x.ref, {0}, out), Error);  // a CPU input
+  }
+  const Tensor values = make_output({3, 1}, DType::float32).dev;
+  CHECK_THROWS_AS(dev().max_dim(x.dev, 1, values, make_output({3, 1}, DType::float32).dev), Error);
+  CHECK_THROWS_AS(dev().max_dim(x.dev, 0, values, make_output({3, 1}, DType::int64).dev), Error);
+  CHECK_THROWS_AS(dev().max_dim(x.dev, 2, values, make_output({3, 1}, DType::int64).dev), Error);
+  const Tensor none = to_dev(empty({3, 0}));
+  CHECK_THROWS_AS(dev().max_dim(none, 1, values, make_output({3, 1}, DType::int64).dev), Error);
 }
 
 }  // namespace

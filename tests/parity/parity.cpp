@@ -1,5 +1,7 @@
-// The parity harness: input pairs, comparisons, the GPU check (see parity.h).
-#include "parity.h"
+// The parity harness: the target, input pairs, comparisons (see parity.h).
+#include "parity/parity.h"
+
+#include "backends/reference/reference_backend.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,23 +18,53 @@ std::set<std::string>& covered_ops() {
   return ops;
 }
 
-bool gpu() {
-  static const bool available = [] {
-    const bool yes = cuda_available();
+bool available() {
+  static const bool usable = [] {
+    const bool yes = target().usable();
     if (!yes) {
-      std::cout << "[test_cuda] no usable GPU (or a build without the CUDA backend): the CUDA "
-                   "parity cases are skipped\n";
+      std::cout << "[parity] the " << target().name
+                << " backend cannot run here (no usable GPU, or a build without it): its parity "
+                   "cases are skipped\n";
     }
     return yes;
   }();
-  return available;
+  return usable;
 }
 
-Backend& cpu_be() {
-  return backend(Device::cpu());
+Backend& dev() {
+  return target().backend();
 }
-Backend& cuda_be() {
-  return backend(Device::cuda());
+Backend& ref() {
+  return reference_backend();
+}
+Device device() {
+  return target().device;
+}
+
+bool supports(DType dtype) {
+  for (DType d : target().dtypes) {
+    if (d == dtype) return true;
+  }
+  return false;
+}
+std::vector<DType> supported(std::initializer_list<DType> dtypes) {
+  std::vector<DType> out;
+  for (DType d : dtypes) {
+    if (supports(d)) out.push_back(d);
+  }
+  return out;
+}
+std::vector<DType> floating_dtypes() {
+  return supported({DType::float32, DType::float64, DType::bfloat16});
+}
+
+Tensor to_dev(const Tensor& host) {
+  if (!device().is_cpu()) return raw::to_device(host, device());
+  // On the CPU too the target gets its own storage: an op writing into its operand must not
+  // change the reference's.
+  Tensor copy = empty(host.shape(), {.dtype = host.dtype(), .device = device()});
+  raw::copy(host, copy);
+  return copy;
 }
 
 const char* layout_name(Layout layout) {
@@ -146,7 +178,7 @@ Pair make_pair(const Shape& shape, DType dtype, Layout layout, std::uint64_t see
   }
   Tensor host = uniform_host(storage_shape, dtype, seed, lo, hi);
   Tensor host_flat = host.reshape({count});
-  Tensor dev_flat = raw::to_device(host_flat, Device::cuda());
+  Tensor dev_flat = to_dev(host_flat);
   auto view = [&](const Tensor& flat) {
     if (layout == Layout::contiguous) return flat.view(shape);
     if (layout == Layout::broadcast) {
@@ -164,19 +196,25 @@ Pair make_output(const Shape& shape, DType dtype) {
                           : dtype == DType::int64 ? -12345.0
                                                   : std::nan("");
   Tensor host = full(shape, sentinel, {.dtype = dtype});
-  return {host, raw::to_device(host, Device::cuda())};
+  return {host, to_dev(host)};
 }
 
 Pair make_from(const std::vector<std::int64_t>& values, const Shape& shape) {
   Tensor host = from<std::int64_t>(values, shape);
-  return {host, raw::to_device(host, Device::cuda())};
+  return {host, to_dev(host)};
 }
 
-void check_close(const Tensor& cuda, const Tensor& cpu, const std::string& what, double rtol,
+Pair on_both(const Tensor& host) {
+  return {host, to_dev(host)};
+}
+
+void check_close(const Tensor& dev, const Tensor& ref, const std::string& what, double rtol,
                  double atol) {
-  REQUIRE_MESSAGE(cuda.shape() == cpu.shape(), what, ": shapes differ");
-  REQUIRE_MESSAGE(cuda.dtype() == cpu.dtype(), what, ": dtypes differ");
-  const DType dtype = cpu.dtype();
+  REQUIRE_MESSAGE(dev.shape() == ref.shape(), what, ": shapes differ");
+  REQUIRE_MESSAGE((dev.dtype() == ref.dtype() || dev.dtype() == ref_dtype(ref.dtype()) ||
+                   ref.dtype() == ref_dtype(dev.dtype())),
+                  what, ": dtypes differ: ", dev.dtype(), " and ", ref.dtype());
+  const DType dtype = dev.dtype();
   if (rtol < 0) {
     rtol = dtype == DType::float64    ? 1e-12
            : dtype == DType::float32  ? 1e-5
@@ -192,20 +230,20 @@ void check_close(const Tensor& cuda, const Tensor& cpu, const std::string& what,
   // Integers and bools compare exactly, through int64 (a double would round large values).
   const bool exact = dtype == DType::int64 || dtype == DType::boolean;
   const DType via = exact ? DType::int64 : DType::float64;
-  const Tensor a = raw::contiguous(raw::to_dtype(raw::to_device(cuda, Device::cpu()), via));
-  const Tensor b = raw::contiguous(raw::to_dtype(cpu, via));
+  const Tensor a = raw::contiguous(raw::to_dtype(raw::to_device(dev, Device::cpu()), via));
+  const Tensor b = raw::contiguous(raw::to_dtype(ref, via));
   const std::size_t n = static_cast<std::size_t>(a.numel());
   std::size_t bad = 0, first = n;
   double worst = 0.0;
-  std::string first_cuda, first_cpu;
+  std::string first_dev, first_ref;
   const auto mismatch = [&](std::size_t i, const auto& x, const auto& y) {
     if (first == n) {
       first = i;
       std::ostringstream x_text, y_text;
       x_text << x;
       y_text << y;
-      first_cuda = x_text.str();
-      first_cpu = y_text.str();
+      first_dev = x_text.str();
+      first_ref = y_text.str();
     }
     ++bad;
   };
@@ -226,35 +264,37 @@ void check_close(const Tensor& cuda, const Tensor& cpu, const std::string& what,
   }
   std::ostringstream msg;
   msg << what << " (" << dtype << "): " << bad << " of " << n << " elements differ";
-  if (bad > 0) msg << "; first at " << first << ": cuda " << first_cuda << ", cpu " << first_cpu;
+  if (bad > 0) {
+    msg << "; first at " << first << ": " << target().name << " " << first_dev << ", reference "
+        << first_ref;
+  }
   if (!exact) msg << "; max |diff| " << worst;
   CHECK_MESSAGE(bad == 0, msg.str());
 }
 
-DType cpu_dtype(DType dtype) {
+DType ref_dtype(DType dtype) {
   return dtype == DType::bfloat16 ? DType::float32 : dtype;
 }
 
 Pair on_both(const Tensor& host, DType dtype) {
-  const Tensor dev =
-      raw::to_dtype(raw::to_device(raw::to_dtype(host, cpu_dtype(dtype)), Device::cuda()), dtype);
-  return {raw::to_device(raw::to_dtype(dev, cpu_dtype(dtype)), Device::cpu()), dev};
+  const Tensor on_dev = raw::to_dtype(to_dev(raw::to_dtype(host, ref_dtype(dtype))), dtype);
+  return {raw::to_device(raw::to_dtype(on_dev, ref_dtype(dtype)), Device::cpu()), on_dev};
 }
 
 Pair make_rounded_pair(const Shape& shape, DType dtype, Layout layout, std::uint64_t seed,
                        double lo, double hi) {
   if (dtype != DType::bfloat16) return make_pair(shape, dtype, layout, seed, lo, hi);
   const Pair f = make_pair(shape, DType::float32, layout, seed, lo, hi);
-  const auto count = static_cast<std::int64_t>(f.cuda.storage()->nbytes() / sizeof(float));
-  const Tensor dev = raw::to_dtype(raw::as_strided(f.cuda, {count}, {1}, 0), DType::bfloat16);
-  const Tensor host = raw::to_device(raw::to_dtype(dev, DType::float32), Device::cpu());
-  return {raw::as_strided(host, f.cpu.shape(), f.cpu.strides(), f.cpu.offset()),
-          raw::as_strided(dev, f.cuda.shape(), f.cuda.strides(), f.cuda.offset())};
+  const auto count = static_cast<std::int64_t>(f.dev.storage()->nbytes() / sizeof(float));
+  const Tensor on_dev = raw::to_dtype(raw::as_strided(f.dev, {count}, {1}, 0), DType::bfloat16);
+  const Tensor host = raw::to_device(raw::to_dtype(on_dev, DType::float32), Device::cpu());
+  return {raw::as_strided(host, f.ref.shape(), f.ref.strides(), f.ref.offset()),
+          raw::as_strided(on_dev, f.dev.shape(), f.dev.strides(), f.dev.offset())};
 }
 
 Pair make_rounded_output(const Shape& shape, DType dtype) {
-  const Pair p = make_output(shape, cpu_dtype(dtype));
-  return {p.cpu, raw::to_dtype(p.cuda, dtype)};
+  const Pair p = make_output(shape, ref_dtype(dtype));
+  return {p.ref, raw::to_dtype(p.dev, dtype)};
 }
 
 }  // namespace tinyformer::parity

@@ -1,9 +1,10 @@
-// CUDA parity for the loss and indexing ops against the CPU backend: nll_loss and its backward
+// Parity of the loss and indexing ops against the reference backend: nll_loss and its backward
 // (ignore_index, strided targets and losses, a broadcast gradient), index_select (every dtype,
 // every table layout, vectorised and strided row copies) and index_add (repeated indices, long
-// runs into one row, bit-for-bit equal to the CPU for float32 and float64), and the Errors for
-// out-of-range targets and indices, whose messages must equal the CPU's. The CPU backend has no
-// bfloat16 kernels, so a bfloat16 case runs the CPU in float32 on the same rounded values.
+// runs into one row, bit-for-bit equal to the reference for float32 and float64, which adds in
+// the same order and rounds each sum once), and the Errors for out-of-range targets and indices,
+// whose messages must equal the reference's. A bfloat16 case runs the reference in float32 on
+// the same rounded values.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,7 +12,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "parity.h"
+#include "parity/parity.h"
 
 namespace {
 
@@ -23,22 +24,21 @@ TF_PARITY_COVERS(nll_loss_backward);
 TF_PARITY_COVERS(index_select);
 TF_PARITY_COVERS(index_add);
 
-constexpr DType kFloating[] = {DType::float32, DType::float64, DType::bfloat16};
 constexpr Layout kLayouts[] = {Layout::contiguous, Layout::transposed, Layout::sliced,
                                Layout::broadcast};
 
 // The same view of both sides of a pair.
 Pair view(const Pair& p, const Shape& shape, const Shape& strides, std::int64_t offset) {
-  return {raw::as_strided(p.cpu, shape, strides, offset),
-          raw::as_strided(p.cuda, shape, strides, offset)};
+  return {raw::as_strided(p.ref, shape, strides, offset),
+          raw::as_strided(p.dev, shape, strides, offset)};
 }
 
 // bfloat16 results are compared in float32; `exact` demands equal values (a gather, or sums
 // added in the same order).
 void expect_close(const Pair& p, const std::string& what, bool exact = false) {
   const double rtol = exact ? 0.0 : -1.0, atol = exact ? 0.0 : -1.0;
-  if (p.cuda.dtype() == DType::bfloat16) {
-    check_close(raw::to_dtype(p.cuda, DType::float32), p.cpu, what + " (bfloat16)",
+  if (p.dev.dtype() == DType::bfloat16) {
+    check_close(raw::to_dtype(p.dev, DType::float32), p.ref, what + " (bfloat16)",
                 exact ? 0.0 : 2e-2, exact ? 0.0 : 1e-2);
   } else {
     check_close(p, what, rtol, atol);
@@ -56,11 +56,11 @@ std::vector<std::int64_t> targets(std::int64_t n, std::int64_t classes, std::int
   return t;
 }
 
-TEST_CASE("cuda parity: nll_loss and its backward, ignore_index, strided targets and losses") {
-  if (!gpu()) return;
+TEST_CASE("parity: nll_loss and its backward, ignore_index, strided targets and losses") {
+  if (!available()) return;
   std::uint64_t seed = 1000;
   const std::int64_t sizes[][2] = {{1, 1}, {7, 5}, {33, 1000}, {300, 33}, {5000, 3}};
-  for (const DType dtype : kFloating) {
+  for (const DType dtype : floating_dtypes()) {
     for (const auto& size : sizes) {
       const std::int64_t n = size[0], c = size[1];
       // -100 lies outside the classes; 0 is a class, ignored when it is the target.
@@ -77,8 +77,8 @@ TEST_CASE("cuda parity: nll_loss and its backward, ignore_index, strided targets
         // The loss lands in every third element of a buffer; the rest must stay NaN.
         const Pair loss_buffer = make_rounded_output({3 * n}, dtype);
         const Pair loss = view(loss_buffer, {n}, {3}, 0);
-        cuda_be().nll_loss(lp.cuda, target.cuda, ignore_index, loss.cuda);
-        cpu_be().nll_loss(lp.cpu, target.cpu, ignore_index, loss.cpu);
+        dev().nll_loss(lp.dev, target.dev, ignore_index, loss.dev);
+        ref().nll_loss(lp.ref, target.ref, ignore_index, loss.ref);
         expect_close(loss_buffer, what + " forward", true);
 
         // A gradient per row, and a broadcast one (stride 0, as after a mean).
@@ -87,8 +87,8 @@ TEST_CASE("cuda parity: nll_loss and its backward, ignore_index, strided targets
             view(make_rounded_pair({1}, dtype, Layout::contiguous, ++seed), {n}, {0}, 0);
         for (const Pair* grad : {&g, &g_broadcast}) {
           const Pair out = make_rounded_output({n, c}, dtype);
-          cuda_be().nll_loss_backward(grad->cuda, target.cuda, ignore_index, out.cuda);
-          cpu_be().nll_loss_backward(grad->cpu, target.cpu, ignore_index, out.cpu);
+          dev().nll_loss_backward(grad->dev, target.dev, ignore_index, out.dev);
+          ref().nll_loss_backward(grad->ref, target.ref, ignore_index, out.ref);
           expect_close(out, what + (grad == &g ? " backward" : " backward, broadcast gradient"),
                        true);
         }
@@ -97,8 +97,8 @@ TEST_CASE("cuda parity: nll_loss and its backward, ignore_index, strided targets
   }
 }
 
-TEST_CASE("cuda nll_loss: a target out of range throws the CPU's Error, naming the row") {
-  if (!gpu()) return;
+TEST_CASE("parity: nll_loss: a target out of range throws the reference's Error, naming the row") {
+  if (!available()) return;
   const std::int64_t n = 9, c = 4;
   for (const std::int64_t bad : {std::int64_t{4}, std::int64_t{-1}, std::int64_t{1} << 40}) {
     std::vector<std::int64_t> t = targets(n, c, -100);
@@ -107,34 +107,34 @@ TEST_CASE("cuda nll_loss: a target out of range throws the CPU's Error, naming t
     const Pair target = make_from(t, {n});
     const Pair lp = make_rounded_pair({n, c}, DType::float32, Layout::contiguous, 5, -3.0, 0.0);
     const Pair loss = make_rounded_output({n}, DType::float32);
-    const std::string cpu_message =
-        error_of([&] { cpu_be().nll_loss(lp.cpu, target.cpu, -100, loss.cpu); });
-    const std::string cuda_message =
-        error_of([&] { cuda_be().nll_loss(lp.cuda, target.cuda, -100, loss.cuda); });
-    CHECK(cuda_message.find("row 6") != std::string::npos);
-    CHECK(cuda_message == cpu_message);
+    const std::string ref_message =
+        error_of([&] { ref().nll_loss(lp.ref, target.ref, -100, loss.ref); });
+    const std::string dev_message =
+        error_of([&] { dev().nll_loss(lp.dev, target.dev, -100, loss.dev); });
+    CHECK(dev_message.find("row 6") != std::string::npos);
+    CHECK(dev_message == ref_message);
 
     const Pair g = make_rounded_pair({n}, DType::float32, Layout::contiguous, 6);
     const Pair out = make_rounded_output({n, c}, DType::float32);
-    const std::string cpu_backward =
-        error_of([&] { cpu_be().nll_loss_backward(g.cpu, target.cpu, -100, out.cpu); });
-    const std::string cuda_backward =
-        error_of([&] { cuda_be().nll_loss_backward(g.cuda, target.cuda, -100, out.cuda); });
-    CHECK(cuda_backward.find("row 6") != std::string::npos);
-    CHECK(cuda_backward == cpu_backward);
+    const std::string ref_backward =
+        error_of([&] { ref().nll_loss_backward(g.ref, target.ref, -100, out.ref); });
+    const std::string dev_backward =
+        error_of([&] { dev().nll_loss_backward(g.dev, target.dev, -100, out.dev); });
+    CHECK(dev_backward.find("row 6") != std::string::npos);
+    CHECK(dev_backward == ref_backward);
   }
   // The device is still usable after the Error: a good call works.
   const Pair target = make_from(targets(n, c, -100), {n});
   const Pair lp = make_rounded_pair({n, c}, DType::float32, Layout::contiguous, 7, -3.0, 0.0);
   const Pair loss = make_rounded_output({n}, DType::float32);
-  cuda_be().nll_loss(lp.cuda, target.cuda, -100, loss.cuda);
-  cpu_be().nll_loss(lp.cpu, target.cpu, -100, loss.cpu);
+  dev().nll_loss(lp.dev, target.dev, -100, loss.dev);
+  ref().nll_loss(lp.ref, target.ref, -100, loss.ref);
   expect_close(loss, "nll_loss after an Error", true);
   // Wrong target dtype and shape.
-  CHECK_THROWS_AS(cuda_be().nll_loss(lp.cuda, lp.cuda, -100, loss.cuda), Error);
-  CHECK_THROWS_AS(cuda_be().nll_loss(lp.cuda, make_from({0, 1}, {2}).cuda, -100, loss.cuda), Error);
+  CHECK_THROWS_AS(dev().nll_loss(lp.dev, lp.dev, -100, loss.dev), Error);
+  CHECK_THROWS_AS(dev().nll_loss(lp.dev, make_from({0, 1}, {2}).dev, -100, loss.dev), Error);
   CHECK_THROWS_AS(
-      cuda_be().nll_loss(lp.cuda, target.cuda, -100, make_rounded_output({n}, DType::float64).cuda),
+      dev().nll_loss(lp.dev, target.dev, -100, make_rounded_output({n}, DType::float64).dev),
       Error);
 }
 
@@ -147,14 +147,14 @@ std::vector<std::int64_t> indices(std::int64_t n, std::int64_t rows) {
   return idx;
 }
 
-TEST_CASE("cuda parity: index_select of every dtype and table layout") {
-  if (!gpu()) return;
+TEST_CASE("parity: index_select of every dtype and table layout") {
+  if (!available()) return;
   std::uint64_t seed = 2000;
   // Row lengths that make every copy unit (16, 8, 4, 2, 1 bytes) and the strided fallback.
   const std::int64_t tables[][2] = {{1, 1},   {5, 3},   {50, 4},   {50, 7},
                                     {17, 32}, {33, 33}, {10, 1000}};
-  const DType dtypes[] = {DType::float32, DType::float64, DType::int64, DType::boolean,
-                          DType::bfloat16};
+  const std::vector<DType> dtypes =
+      supported({DType::float32, DType::float64, DType::int64, DType::boolean, DType::bfloat16});
   const std::int64_t n = 301;
   for (const DType dtype : dtypes) {
     for (const auto& size : tables) {
@@ -165,8 +165,8 @@ TEST_CASE("cuda parity: index_select of every dtype and table layout") {
                                  shape_str({v, d}) + " " + layout_name(layout);
         const Pair table = make_rounded_pair({v, d}, dtype, layout, ++seed, -3.0, 3.0);
         const Pair out = make_rounded_output({n, d}, dtype);
-        cuda_be().index_select(table.cuda, idx.cuda, out.cuda);
-        cpu_be().index_select(table.cpu, idx.cpu, out.cpu);
+        dev().index_select(table.dev, idx.dev, out.dev);
+        ref().index_select(table.ref, idx.ref, out.ref);
         expect_close(out, what, true);
       }
       // Rows of a wider output at an odd offset (row stride d + 1), with strided indices.
@@ -177,8 +177,8 @@ TEST_CASE("cuda parity: index_select of every dtype and table layout") {
       const Pair table = make_rounded_pair({v, d}, dtype, Layout::contiguous, ++seed, -3.0, 3.0);
       const Pair buffer = make_rounded_output({n + 1, d + 1}, dtype);
       const Pair out = view(buffer, {n, d}, {d + 1, 1}, 1);
-      cuda_be().index_select(table.cuda, strided_idx.cuda, out.cuda);
-      cpu_be().index_select(table.cpu, strided_idx.cpu, out.cpu);
+      dev().index_select(table.dev, strided_idx.dev, out.dev);
+      ref().index_select(table.ref, strided_idx.ref, out.ref);
       expect_close(buffer,
                    std::string("index_select into a strided output ") + dtype_name(dtype) + " " +
                        shape_str({v, d}),
@@ -187,8 +187,8 @@ TEST_CASE("cuda parity: index_select of every dtype and table layout") {
   }
 }
 
-TEST_CASE("cuda index_select: a bad index throws the CPU's Error, naming the position") {
-  if (!gpu()) return;
+TEST_CASE("parity: index_select: a bad index throws the reference's Error, naming the position") {
+  if (!available()) return;
   const Pair table = make_rounded_pair({6, 5}, DType::float32, Layout::contiguous, 1);
   for (const std::int64_t bad : {std::int64_t{6}, std::int64_t{-1}}) {
     std::vector<std::int64_t> idx = indices(20, 6);
@@ -196,39 +196,39 @@ TEST_CASE("cuda index_select: a bad index throws the CPU's Error, naming the pos
     idx[17] = bad;
     const Pair p = make_from(idx, {20});
     const Pair out = make_rounded_output({20, 5}, DType::float32);
-    const std::string cpu_message =
-        error_of([&] { cpu_be().index_select(table.cpu, p.cpu, out.cpu); });
-    const std::string cuda_message =
-        error_of([&] { cuda_be().index_select(table.cuda, p.cuda, out.cuda); });
-    CHECK(cuda_message.find("position 11") != std::string::npos);
-    CHECK(cuda_message == cpu_message);
+    const std::string ref_message =
+        error_of([&] { ref().index_select(table.ref, p.ref, out.ref); });
+    const std::string dev_message =
+        error_of([&] { dev().index_select(table.dev, p.dev, out.dev); });
+    CHECK(dev_message.find("position 11") != std::string::npos);
+    CHECK(dev_message == ref_message);
   }
   // No indices: nothing to do, nothing thrown.
   const Pair none = make_from({}, {0});
-  CHECK_NOTHROW(cuda_be().index_select(table.cuda, none.cuda,
-                                       make_rounded_output({0, 5}, DType::float32).cuda));
+  CHECK_NOTHROW(
+      dev().index_select(table.dev, none.dev, make_rounded_output({0, 5}, DType::float32).dev));
   // Wrong output shape or dtype, float indices.
   const Pair idx = make_from(indices(4, 6), {4});
-  CHECK_THROWS_AS(cuda_be().index_select(table.cuda, idx.cuda,
-                                         make_rounded_output({4, 6}, DType::float32).cuda),
-                  Error);
-  CHECK_THROWS_AS(cuda_be().index_select(table.cuda, idx.cuda,
-                                         make_rounded_output({4, 5}, DType::float64).cuda),
-                  Error);
-  CHECK_THROWS_AS(cuda_be().index_select(table.cuda, table.cuda,
-                                         make_rounded_output({6, 5}, DType::float32).cuda),
-                  Error);
+  CHECK_THROWS_AS(
+      dev().index_select(table.dev, idx.dev, make_rounded_output({4, 6}, DType::float32).dev),
+      Error);
+  CHECK_THROWS_AS(
+      dev().index_select(table.dev, idx.dev, make_rounded_output({4, 5}, DType::float64).dev),
+      Error);
+  CHECK_THROWS_AS(
+      dev().index_select(table.dev, table.dev, make_rounded_output({6, 5}, DType::float32).dev),
+      Error);
 }
 
 // ============================== index_add ==============================
 
-TEST_CASE("cuda parity: index_add with repeated indices, every source layout") {
-  if (!gpu()) return;
+TEST_CASE("parity: index_add with repeated indices, every source layout") {
+  if (!available()) return;
   std::uint64_t seed = 3000;
   // {V, D, N}: one row taking every source row (a long run), many collisions, few collisions.
   const std::int64_t sizes[][3] = {{1, 1, 5},    {1, 65, 5000},  {7, 33, 1000},
                                    {50, 7, 300}, {50, 768, 100}, {300, 5, 20}};
-  for (const DType dtype : kFloating) {
+  for (const DType dtype : floating_dtypes()) {
     for (const auto& size : sizes) {
       const std::int64_t v = size[0], d = size[1], n = size[2];
       const Pair idx = make_from(indices(n, v), {n});
@@ -239,41 +239,40 @@ TEST_CASE("cuda parity: index_add with repeated indices, every source layout") {
         const Pair src = make_rounded_pair({n, d}, dtype, layout, ++seed);
         // The sums start from the table's values, not from 0.
         const Pair table = make_rounded_pair({v, d}, dtype, Layout::contiguous, ++seed);
-        const Pair out = {raw::contiguous(table.cpu).clone(), raw::contiguous(table.cuda).clone()};
-        cuda_be().index_add(src.cuda, idx.cuda, out.cuda);
-        cpu_be().index_add(src.cpu, idx.cpu, out.cpu);
-        // float32 and float64 add in the CPU's order: equal bit for bit.
+        const Pair out = {raw::contiguous(table.ref).clone(), raw::contiguous(table.dev).clone()};
+        dev().index_add(src.dev, idx.dev, out.dev);
+        ref().index_add(src.ref, idx.ref, out.ref);
+        // float32 and float64 add in the reference's order: equal bit for bit.
         expect_close(out, what, dtype != DType::bfloat16);
       }
     }
   }
 }
 
-TEST_CASE("cuda index_add: a bad index throws the CPU's Error before anything is added") {
-  if (!gpu()) return;
+TEST_CASE("parity: index_add: a bad index throws the reference's Error before anything is added") {
+  if (!available()) return;
   const std::int64_t v = 6, d = 5, n = 20;
   std::vector<std::int64_t> idx = indices(n, v);
   idx[13] = v;
   const Pair p = make_from(idx, {n});
   const Pair src = make_rounded_pair({n, d}, DType::float32, Layout::contiguous, 1);
   const Pair table = make_rounded_pair({v, d}, DType::float32, Layout::contiguous, 2);
-  const Pair out = {table.cpu.clone(), table.cuda.clone()};
-  const std::string cpu_message = error_of([&] { cpu_be().index_add(src.cpu, p.cpu, out.cpu); });
-  const std::string cuda_message =
-      error_of([&] { cuda_be().index_add(src.cuda, p.cuda, out.cuda); });
-  CHECK(cuda_message.find("position 13") != std::string::npos);
-  CHECK(cuda_message == cpu_message);
-  check_close(out.cuda, table.cuda, "index_add output after a bad index", 0.0, 0.0);
+  const Pair out = {table.ref.clone(), table.dev.clone()};
+  const std::string ref_message = error_of([&] { ref().index_add(src.ref, p.ref, out.ref); });
+  const std::string dev_message = error_of([&] { dev().index_add(src.dev, p.dev, out.dev); });
+  CHECK(dev_message.find("position 13") != std::string::npos);
+  CHECK(dev_message == ref_message);
+  check_close(out.dev, table.dev, "index_add output after a bad index", 0.0, 0.0);
   // No indices: the table is unchanged.
   const Pair none = make_from({}, {0});
-  cuda_be().index_add(raw::as_strided(src.cuda, {0, d}, {d, 1}, 0), none.cuda, out.cuda);
-  check_close(out.cuda, table.cuda, "index_add of no rows", 0.0, 0.0);
+  dev().index_add(raw::as_strided(src.dev, {0, d}, {d, 1}, 0), none.dev, out.dev);
+  check_close(out.dev, table.dev, "index_add of no rows", 0.0, 0.0);
   // A non-contiguous output, an integer source.
-  CHECK_THROWS_AS(cuda_be().index_add(src.cuda, make_from(indices(n, d), {n}).cuda,
-                                      raw::as_strided(table.cuda, {d, v}, {1, d}, 0)),
+  CHECK_THROWS_AS(dev().index_add(src.dev, make_from(indices(n, d), {n}).dev,
+                                  raw::as_strided(table.dev, {d, v}, {1, d}, 0)),
                   Error);
-  CHECK_THROWS_AS(cuda_be().index_add(raw::to_dtype(src.cuda, DType::int64), p.cuda,
-                                      raw::to_dtype(out.cuda, DType::int64)),
+  CHECK_THROWS_AS(dev().index_add(raw::to_dtype(src.dev, DType::int64), p.dev,
+                                  raw::to_dtype(out.dev, DType::int64)),
                   Error);
 }
 

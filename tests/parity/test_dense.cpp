@@ -1,8 +1,8 @@
-// CUDA parity for the dense ops against the CPU backend: matmul (cuBLAS) with every operand
-// layout and odd sizes, float32 in each math mode, float64 and bfloat16; conv1d and pool1d
+// Parity of the dense ops against the reference backend: matmul with every operand layout and
+// odd sizes, float32 in each math mode, float64 and bfloat16; conv1d and pool1d
 // (cuDNN), forward and backward, odd lengths, strides and paddings, each gradient optional; and
-// the fused Adam/AdamW step over several steps. The CPU backend has no bfloat16 products, so a
-// bfloat16 case compares with the CPU's float32 result on the same (bfloat16-rounded) inputs.
+// the fused Adam/AdamW step over several steps. A bfloat16 case compares with the reference's
+// float32 result on the same (bfloat16-rounded) inputs.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,7 +13,7 @@
 
 #include "core/backend.h"
 #include "core/tensor.h"
-#include "parity.h"
+#include "parity/parity.h"
 
 namespace {
 
@@ -31,26 +31,26 @@ struct Tolerance {
   double rtol, atol;
 };
 
-// A GPU tensor's values as a float32 host tensor (for bfloat16 results).
+// A target tensor's values as a float32 host tensor (for bfloat16 results).
 Tensor host_float32(const Tensor& t) {
   return raw::to_dtype(raw::to_device(t, Device::cpu()), DType::float32);
 }
 
-// The CPU's inputs of a case: float32 copies of bfloat16 values, the tensor itself otherwise.
-Tensor cpu_input(const Tensor& t) {
+// The reference's inputs of a case: float32 copies of bfloat16 values, the tensor itself otherwise.
+Tensor ref_input(const Tensor& t) {
   return t.defined() && t.dtype() == DType::bfloat16 ? raw::to_dtype(t, DType::float32) : t;
 }
 
-// A CPU output for a case in `dtype` (float32 where the GPU computes bfloat16).
-Tensor cpu_output(const Shape& shape, DType dtype) {
+// A reference output for a case in `dtype` (float32 where the target computes bfloat16).
+Tensor ref_output(const Shape& shape, DType dtype) {
   return full(shape, std::nan(""), {.dtype = dtype == DType::bfloat16 ? DType::float32 : dtype});
 }
 
-void compare(const Tensor& cuda, const Tensor& cpu, const std::string& what, Tolerance tol) {
-  if (cuda.dtype() == DType::bfloat16) {
-    check_close(host_float32(cuda), cpu, what, tol.rtol, tol.atol);
+void compare(const Tensor& got, const Tensor& expected, const std::string& what, Tolerance tol) {
+  if (got.dtype() == DType::bfloat16) {
+    check_close(host_float32(got), expected, what, tol.rtol, tol.atol);
   } else {
-    check_close(cuda, cpu, what, tol.rtol, tol.atol);
+    check_close(got, expected, what, tol.rtol, tol.atol);
   }
 }
 
@@ -93,7 +93,7 @@ Pair operand(Operand o, std::int64_t b, std::int64_t r, std::int64_t c, DType dt
       return make_pair({b, r, c}, dtype, Layout::transposed, seed);
     case Operand::rows: {  // a leading dimension of c + 5, starting at column 2
       const Pair wide = make_pair({b, r, c + 5}, dtype, Layout::contiguous, seed);
-      return {wide.cpu.narrow(2, 2, c), wide.cuda.narrow(2, 2, c)};
+      return {wide.ref.narrow(2, 2, c), wide.dev.narrow(2, 2, c)};
     }
     case Operand::every_other:  // column stride 2: no GEMM reads it, it is packed first
       return make_pair({b, r, c}, dtype, Layout::sliced, seed);
@@ -101,7 +101,7 @@ Pair operand(Operand o, std::int64_t b, std::int64_t r, std::int64_t c, DType dt
       return make_pair({b, r, c}, dtype, Layout::broadcast, seed);
     case Operand::permuted: {  // stored [r, b, c], as after swapping the first two dims
       const Pair p = make_pair({r, b, c}, dtype, Layout::contiguous, seed);
-      return {p.cpu.transpose(0, 1), p.cuda.transpose(0, 1)};
+      return {p.ref.transpose(0, 1), p.dev.transpose(0, 1)};
     }
   }
   return {};
@@ -109,12 +109,12 @@ Pair operand(Operand o, std::int64_t b, std::int64_t r, std::int64_t c, DType dt
 
 void check_matmul(const Pair& a, const Pair& b, DType dtype, Tolerance tol,
                   const std::string& what) {
-  const Shape out_shape = {std::max(a.cpu.size(0), b.cpu.size(0)), a.cpu.size(1), b.cpu.size(2)};
+  const Shape out_shape = {std::max(a.ref.size(0), b.ref.size(0)), a.ref.size(1), b.ref.size(2)};
   const Pair out = make_output(out_shape, dtype);
-  const Tensor ref = cpu_output(out_shape, dtype);
-  cuda_be().matmul(a.cuda, b.cuda, out.cuda);
-  cpu_be().matmul(cpu_input(a.cpu), cpu_input(b.cpu), ref);
-  compare(out.cuda, ref, what, tol);
+  const Tensor expected = ref_output(out_shape, dtype);
+  dev().matmul(a.dev, b.dev, out.dev);
+  ref().matmul(ref_input(a.ref), ref_input(b.ref), expected);
+  compare(out.dev, expected, what, tol);
 }
 
 struct MatmulShape {
@@ -123,7 +123,7 @@ struct MatmulShape {
 constexpr MatmulShape kMatmulShapes[] = {{1, 1, 1, 1},    {3, 7, 33, 1},   {2, 33, 7, 129},
                                          {1, 129, 33, 7}, {4, 7, 129, 33}, {2, 1, 7, 33}};
 
-// float32 in exact mode: the CPU and cuBLAS sum up to 129 products in different orders.
+// float32 in exact mode: the target sums up to 129 float32 products (the reference in double).
 constexpr Tolerance kMatmulF32{1e-5, 1e-5};
 
 std::string matmul_what(Operand oa, Operand ob, const MatmulShape& s, DType dtype) {
@@ -134,8 +134,8 @@ std::string matmul_what(Operand oa, Operand ob, const MatmulShape& s, DType dtyp
 
 }  // namespace
 
-TEST_CASE("cuda matmul: every layout of a and b, odd sizes, float32") {
-  if (!gpu()) return;
+TEST_CASE("parity: matmul: every layout of a and b, odd sizes, float32") {
+  if (!available()) return;
   std::uint64_t seed = 1;
   for (const MatmulShape& s : kMatmulShapes) {
     for (Operand oa : kOperands) {
@@ -148,10 +148,10 @@ TEST_CASE("cuda matmul: every layout of a and b, odd sizes, float32") {
   }
 }
 
-TEST_CASE("cuda matmul: float64 and bfloat16, each layout of a and of b") {
-  if (!gpu()) return;
+TEST_CASE("parity: matmul: float64 and bfloat16, each layout of a and of b") {
+  if (!available()) return;
   std::uint64_t seed = 1000;
-  for (DType dtype : {DType::float64, DType::bfloat16}) {
+  for (DType dtype : supported({DType::float64, DType::bfloat16})) {
     // float64 at the harness's 1e-12; bfloat16 rounds only its output (the products of
     // bfloat16 values are exact in float32 and accumulate in float32).
     const Tolerance tol = dtype == DType::float64 ? Tolerance{1e-12, 1e-12} : Tolerance{1e-2, 1e-2};
@@ -168,9 +168,9 @@ TEST_CASE("cuda matmul: float64 and bfloat16, each layout of a and of b") {
   }
 }
 
-TEST_CASE("cuda matmul: a batch of one against many, both broadcast, a large odd product") {
-  if (!gpu()) return;
-  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16}) {
+TEST_CASE("parity: matmul: a batch of one against many, both broadcast, a large odd product") {
+  if (!available()) return;
+  for (DType dtype : floating_dtypes()) {
     const Tolerance tol = dtype == DType::float32   ? kMatmulF32
                           : dtype == DType::float64 ? Tolerance{1e-12, 1e-12}
                                                     : Tolerance{1e-2, 1e-2};
@@ -193,21 +193,21 @@ TEST_CASE("cuda matmul: a batch of one against many, both broadcast, a large odd
                {1e-5, 1e-6 * k}, "[2, 1031, 67] @ [2, 67, 257]");
 }
 
-TEST_CASE("cuda matmul: empty dims and an empty sum") {
-  if (!gpu()) return;
+TEST_CASE("parity: matmul: empty dims and an empty sum") {
+  if (!available()) return;
   for (const Shape& a_shape : {Shape{2, 0, 5}, Shape{0, 3, 5}}) {
     const Pair a = make_pair(a_shape, DType::float32, Layout::contiguous, 1);
     const Pair b = make_pair({a_shape[0], 5, 4}, DType::float32, Layout::contiguous, 2);
     const Pair out = make_output({a_shape[0], a_shape[1], 4}, DType::float32);
-    cuda_be().matmul(a.cuda, b.cuda, out.cuda);
-    CHECK(out.cuda.numel() == 0);
+    dev().matmul(a.dev, b.dev, out.dev);
+    CHECK(out.dev.numel() == 0);
   }
   // K = 0: every element is an empty sum, 0.
   const Pair a = make_pair({3, 4, 0}, DType::float32, Layout::contiguous, 3);
   const Pair b = make_pair({3, 0, 6}, DType::float32, Layout::contiguous, 4);
   const Pair out = make_output({3, 4, 6}, DType::float32);
-  cuda_be().matmul(a.cuda, b.cuda, out.cuda);
-  cpu_be().matmul(a.cpu, b.cpu, out.cpu);
+  dev().matmul(a.dev, b.dev, out.dev);
+  ref().matmul(a.ref, b.ref, out.ref);
   check_close(out, "K = 0");
 }
 
@@ -222,8 +222,8 @@ struct PrecisionScope {
 };
 }  // namespace
 
-TEST_CASE("cuda matmul: float32 through TF32 and bfloat16 tensor cores, looser tolerances") {
-  if (!gpu()) return;
+TEST_CASE("parity: matmul: float32 through TF32 and bfloat16 tensor cores, looser tolerances") {
+  if (!available()) return;
   // TF32 keeps 10 mantissa bits of each input, bfloat16 7: each product is off by up to
   // 2^-10 (2^-7) of its size, and up to 129 of them (values in [-1, 1)) add up.
   struct Mode {
@@ -247,14 +247,14 @@ TEST_CASE("cuda matmul: float32 through TF32 and bfloat16 tensor cores, looser t
   }
 }
 
-TEST_CASE("cuda conv1d: float32 through TF32 tensor cores") {
-  if (!gpu()) return;
+TEST_CASE("parity: conv1d: float32 through TF32 tensor cores") {
+  if (!available()) return;
   const PrecisionScope scope(MatmulPrecision::tf32);
   const Pair x = make_pair({2, 16, 129}, DType::float32, Layout::contiguous, 1);
   const Pair w = make_pair({8, 16, 5}, DType::float32, Layout::contiguous, 2);
   const Pair out = make_output({2, 8, 127}, DType::float32);
-  cuda_be().conv1d(x.cuda, w.cuda, Tensor(), 1, 1, out.cuda);
-  cpu_be().conv1d(x.cpu, w.cpu, Tensor(), 1, 1, out.cpu);
+  dev().conv1d(x.dev, w.dev, Tensor(), 1, 1, out.dev);
+  ref().conv1d(x.ref, w.ref, Tensor(), 1, 1, out.ref);
   check_close(out, "conv1d tf32", 1e-2, 2e-2);
 }
 
@@ -280,7 +280,7 @@ constexpr ConvCase kConvCases[] = {
     {2, 16, 1031, 8, 7, 2, 3},
 };
 
-// Different algorithms (implicit GEMM, FFT, Winograd) round differently from the CPU's loops.
+// Different algorithms (implicit GEMM, FFT, Winograd) round differently from the reference.
 Tolerance conv_tolerance(DType dtype) {
   if (dtype == DType::float64) return {1e-10, 1e-10};
   if (dtype == DType::float32) return {1e-4, 1e-4};
@@ -289,10 +289,10 @@ Tolerance conv_tolerance(DType dtype) {
 
 }  // namespace
 
-TEST_CASE("cuda conv1d: forward with and without bias, odd lengths, strides and paddings") {
-  if (!gpu()) return;
+TEST_CASE("parity: conv1d: forward with and without bias, odd lengths, strides and paddings") {
+  if (!available()) return;
   std::uint64_t seed = 1;
-  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16}) {
+  for (DType dtype : floating_dtypes()) {
     for (const ConvCase& c : kConvCases) {
       for (bool with_bias : {true, false}) {
         const std::string what =
@@ -302,20 +302,20 @@ TEST_CASE("cuda conv1d: forward with and without bias, odd lengths, strides and 
         const Pair b = with_bias ? make_pair({c.c_out}, dtype, Layout::contiguous, seed++) : Pair{};
         const Shape out_shape = {c.batch, c.c_out, c.out_length()};
         const Pair out = make_output(out_shape, dtype);
-        const Tensor ref = cpu_output(out_shape, dtype);
-        cuda_be().conv1d(x.cuda, w.cuda, b.cuda, c.stride, c.padding, out.cuda);
-        cpu_be().conv1d(cpu_input(x.cpu), cpu_input(w.cpu), cpu_input(b.cpu), c.stride, c.padding,
-                        ref);
-        compare(out.cuda, ref, what, conv_tolerance(dtype));
+        const Tensor expected = ref_output(out_shape, dtype);
+        dev().conv1d(x.dev, w.dev, b.dev, c.stride, c.padding, out.dev);
+        ref().conv1d(ref_input(x.ref), ref_input(w.ref), ref_input(b.ref), c.stride, c.padding,
+                     expected);
+        compare(out.dev, expected, what, conv_tolerance(dtype));
       }
     }
   }
 }
 
-TEST_CASE("cuda conv1d_backward: each of grad_x, grad_weight, grad_bias alone and together") {
-  if (!gpu()) return;
+TEST_CASE("parity: conv1d_backward: each of grad_x, grad_weight, grad_bias alone and together") {
+  if (!available()) return;
   std::uint64_t seed = 100;
-  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16}) {
+  for (DType dtype : floating_dtypes()) {
     for (std::size_t i = 0; i < std::size(kConvCases); ++i) {
       const ConvCase& c = kConvCases[i];
       const Pair x = make_pair({c.batch, c.c_in, c.length}, dtype, Layout::contiguous, seed++);
@@ -327,27 +327,26 @@ TEST_CASE("cuda conv1d_backward: each of grad_x, grad_weight, grad_bias alone an
         const bool want_x = mask & 1, want_w = mask & 2, want_b = mask & 4;
         const std::string what =
             "conv1d_backward " + dtype_str(dtype) + " " + c.str() + " mask " + std::to_string(mask);
-        const Pair gx = want_x ? make_output(x.cpu.shape(), dtype) : Pair{};
-        const Pair gw = want_w ? make_output(w.cpu.shape(), dtype) : Pair{};
+        const Pair gx = want_x ? make_output(x.ref.shape(), dtype) : Pair{};
+        const Pair gw = want_w ? make_output(w.ref.shape(), dtype) : Pair{};
         const Pair gb = want_b ? make_output({c.c_out}, dtype) : Pair{};
-        const Tensor rx = want_x ? cpu_output(x.cpu.shape(), dtype) : Tensor();
-        const Tensor rw = want_w ? cpu_output(w.cpu.shape(), dtype) : Tensor();
-        const Tensor rb = want_b ? cpu_output({c.c_out}, dtype) : Tensor();
-        cuda_be().conv1d_backward(g.cuda, x.cuda, w.cuda, c.stride, c.padding, gx.cuda, gw.cuda,
-                                  gb.cuda);
-        cpu_be().conv1d_backward(cpu_input(g.cpu), cpu_input(x.cpu), cpu_input(w.cpu), c.stride,
-                                 c.padding, rx, rw, rb);
+        const Tensor rx = want_x ? ref_output(x.ref.shape(), dtype) : Tensor();
+        const Tensor rw = want_w ? ref_output(w.ref.shape(), dtype) : Tensor();
+        const Tensor rb = want_b ? ref_output({c.c_out}, dtype) : Tensor();
+        dev().conv1d_backward(g.dev, x.dev, w.dev, c.stride, c.padding, gx.dev, gw.dev, gb.dev);
+        ref().conv1d_backward(ref_input(g.ref), ref_input(x.ref), ref_input(w.ref), c.stride,
+                              c.padding, rx, rw, rb);
         const Tolerance tol = conv_tolerance(dtype);
-        if (want_x) compare(gx.cuda, rx, what + " grad_x", tol);
-        if (want_w) compare(gw.cuda, rw, what + " grad_weight", tol);
-        if (want_b) compare(gb.cuda, rb, what + " grad_bias", tol);
+        if (want_x) compare(gx.dev, rx, what + " grad_x", tol);
+        if (want_w) compare(gw.dev, rw, what + " grad_weight", tol);
+        if (want_b) compare(gb.dev, rb, what + " grad_bias", tol);
       }
     }
   }
 }
 
-TEST_CASE("cuda conv1d: empty problems (no input channels, an all-padding input, no batch)") {
-  if (!gpu()) return;
+TEST_CASE("parity: conv1d: empty problems (no input channels, an all-padding input, no batch)") {
+  if (!available()) return;
   struct Empty {
     Shape x, w;
     std::int64_t padding;
@@ -360,14 +359,14 @@ TEST_CASE("cuda conv1d: empty problems (no input channels, an all-padding input,
     const Pair b = make_pair({e.w[0]}, DType::float32, Layout::contiguous, 3);
     const std::int64_t out_length = (e.x[2] + 2 * e.padding - e.w[2]) + 1;
     const Pair out = make_output({e.x[0], e.w[0], out_length}, DType::float32);
-    cuda_be().conv1d(x.cuda, w.cuda, b.cuda, 1, e.padding, out.cuda);
-    cpu_be().conv1d(x.cpu, w.cpu, b.cpu, 1, e.padding, out.cpu);
+    dev().conv1d(x.dev, w.dev, b.dev, 1, e.padding, out.dev);
+    ref().conv1d(x.ref, w.ref, b.ref, 1, e.padding, out.ref);
     check_close(out, what + " forward");
     const Pair g = make_pair({e.x[0], e.w[0], out_length}, DType::float32, Layout::contiguous, 4);
     const Pair gx = make_output(e.x, DType::float32), gw = make_output(e.w, DType::float32),
                gb = make_output({e.w[0]}, DType::float32);
-    cuda_be().conv1d_backward(g.cuda, x.cuda, w.cuda, 1, e.padding, gx.cuda, gw.cuda, gb.cuda);
-    cpu_be().conv1d_backward(g.cpu, x.cpu, w.cpu, 1, e.padding, gx.cpu, gw.cpu, gb.cpu);
+    dev().conv1d_backward(g.dev, x.dev, w.dev, 1, e.padding, gx.dev, gw.dev, gb.dev);
+    ref().conv1d_backward(g.ref, x.ref, w.ref, 1, e.padding, gx.ref, gw.ref, gb.ref);
     check_close(gx, what + " grad_x");
     check_close(gw, what + " grad_weight");
     check_close(gb, what + " grad_bias");
@@ -410,69 +409,69 @@ const char* kind_name(PoolKind kind) {
 
 }  // namespace
 
-TEST_CASE("cuda pool1d and pool1d_backward: average and max, odd lengths, every dtype") {
-  if (!gpu()) return;
+TEST_CASE("parity: pool1d and pool1d_backward: average and max, odd lengths, every dtype") {
+  if (!available()) return;
   std::uint64_t seed = 1;
-  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16}) {
+  for (DType dtype : floating_dtypes()) {
     for (PoolKind kind : {PoolKind::average, PoolKind::max}) {
       for (const PoolCase& c : kPoolCases) {
         // bfloat16 holds 256 values per power of two: random windows often hold tied maxima,
-        // which checks that the first one takes the gradient, as on the CPU.
+        // which checks that the first one takes the gradient, as in the reference.
         const std::string what =
             std::string(kind_name(kind)) + " pool1d " + dtype_str(dtype) + " " + c.str();
         const Pair x =
             make_pair({c.batch, c.channels, c.length}, dtype, Layout::contiguous, seed++);
         const Shape out_shape = {c.batch, c.channels, c.out_length()};
         const Pair out = make_output(out_shape, dtype);
-        const Tensor ref = cpu_output(out_shape, dtype);
-        cuda_be().pool1d(kind, x.cuda, c.kernel, c.stride, out.cuda);
-        cpu_be().pool1d(kind, cpu_input(x.cpu), c.kernel, c.stride, ref);
-        compare(out.cuda, ref, what, pool_tolerance(dtype));
+        const Tensor expected = ref_output(out_shape, dtype);
+        dev().pool1d(kind, x.dev, c.kernel, c.stride, out.dev);
+        ref().pool1d(kind, ref_input(x.ref), c.kernel, c.stride, expected);
+        compare(out.dev, expected, what, pool_tolerance(dtype));
 
         const Pair g = make_pair(out_shape, dtype, Layout::contiguous, seed++);
-        const Pair gx = make_output(x.cpu.shape(), dtype);
-        const Tensor rx = cpu_output(x.cpu.shape(), dtype);
-        cuda_be().pool1d_backward(kind, g.cuda, x.cuda, c.kernel, c.stride, gx.cuda);
-        cpu_be().pool1d_backward(kind, cpu_input(g.cpu), cpu_input(x.cpu), c.kernel, c.stride, rx);
-        compare(gx.cuda, rx, what + " backward", pool_tolerance(dtype));
+        const Pair gx = make_output(x.ref.shape(), dtype);
+        const Tensor rx = ref_output(x.ref.shape(), dtype);
+        dev().pool1d_backward(kind, g.dev, x.dev, c.kernel, c.stride, gx.dev);
+        ref().pool1d_backward(kind, ref_input(g.ref), ref_input(x.ref), c.kernel, c.stride, rx);
+        compare(gx.dev, rx, what + " backward", pool_tolerance(dtype));
       }
     }
   }
 }
 
-TEST_CASE("cuda max_pool1d: tied maxima and NaN as on the CPU") {
-  if (!gpu()) return;
+TEST_CASE("parity: max_pool1d: tied maxima and NaN as in the reference") {
+  if (!available()) return;
   // Windows of 3 with ties in every position; stride 1 overlaps them, stride 2 half does.
   const std::vector<double> xs = {1, 3, 3, 2, 5, 5, 5, 0, 4, 4};
   const Tensor x_host = raw::to_dtype(from<double>(xs, {1, 1, 10}), DType::float32);
-  const Pair x{x_host, raw::to_device(x_host, Device::cuda())};
+  const Pair x{x_host, to_dev(x_host)};
   for (std::int64_t stride : {1, 2}) {
     const std::int64_t out_length = (10 - 3) / stride + 1;
     const Pair out = make_output({1, 1, out_length}, DType::float32);
-    cuda_be().pool1d(PoolKind::max, x.cuda, 3, stride, out.cuda);
-    cpu_be().pool1d(PoolKind::max, x.cpu, 3, stride, out.cpu);
+    dev().pool1d(PoolKind::max, x.dev, 3, stride, out.dev);
+    ref().pool1d(PoolKind::max, x.ref, 3, stride, out.ref);
     check_close(out, "tied max forward, stride " + std::to_string(stride));
     const Pair g = make_pair({1, 1, out_length}, DType::float32, Layout::contiguous, 7);
     const Pair gx = make_output({1, 1, 10}, DType::float32);
-    cuda_be().pool1d_backward(PoolKind::max, g.cuda, x.cuda, 3, stride, gx.cuda);
-    cpu_be().pool1d_backward(PoolKind::max, g.cpu, x.cpu, 3, stride, gx.cpu);
+    dev().pool1d_backward(PoolKind::max, g.dev, x.dev, 3, stride, gx.dev);
+    ref().pool1d_backward(PoolKind::max, g.ref, x.ref, 3, stride, gx.ref);
     check_close(gx, "tied max backward, stride " + std::to_string(stride));
   }
   // A NaN makes every window that holds it NaN.
   std::vector<double> with_nan = xs;
   with_nan[4] = std::numeric_limits<double>::quiet_NaN();
   const Tensor n_host = raw::to_dtype(from<double>(with_nan, {1, 1, 10}), DType::float32);
-  const Pair n{n_host, raw::to_device(n_host, Device::cuda())};
+  const Pair n{n_host, to_dev(n_host)};
   const Pair out = make_output({1, 1, 8}, DType::float32);
-  cuda_be().pool1d(PoolKind::max, n.cuda, 3, 1, out.cuda);
-  cpu_be().pool1d(PoolKind::max, n.cpu, 3, 1, out.cpu);
+  dev().pool1d(PoolKind::max, n.dev, 3, 1, out.dev);
+  ref().pool1d(PoolKind::max, n.ref, 3, 1, out.ref);
   check_close(out, "max pool with a NaN");
 }
 
 // ============================== adamw_step ==============================
 
-TEST_CASE("cuda adamw_step: Adam and AdamW over several steps, odd sizes, unaligned views") {
-  if (!gpu()) return;
+TEST_CASE("parity: adamw_step: Adam and AdamW over several steps, odd sizes, unaligned views") {
+  if (!available()) return;
   struct Mode {
     bool decoupled;
     double weight_decay;
@@ -490,17 +489,17 @@ TEST_CASE("cuda adamw_step: Adam and AdamW over several steps, odd sizes, unalig
                                    " offset=" + std::to_string(offset);
           auto state = [&](double lo, double hi) {
             const Pair p = make_pair({n + offset}, dtype, Layout::contiguous, seed++, lo, hi);
-            return Pair{p.cpu.narrow(0, offset, n), p.cuda.narrow(0, offset, n)};
+            return Pair{p.ref.narrow(0, offset, n), p.dev.narrow(0, offset, n)};
           };
           const Pair p = state(-1.0, 1.0), m = state(-0.1, 0.1), v = state(0.0, 0.01);
           const double lr = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
           for (int t = 1; t <= 3; ++t) {
             const Pair g = state(-1.0, 1.0);
             const double bc1 = 1.0 - std::pow(beta1, t), bc2 = 1.0 - std::pow(beta2, t);
-            cuda_be().adamw_step(p.cuda, g.cuda, m.cuda, v.cuda, lr, beta1, beta2, eps,
-                                 mode.weight_decay, mode.decoupled, bc1, bc2);
-            cpu_be().adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, lr, beta1, beta2, eps,
-                                mode.weight_decay, mode.decoupled, bc1, bc2);
+            dev().adamw_step(p.dev, g.dev, m.dev, v.dev, lr, beta1, beta2, eps, mode.weight_decay,
+                             mode.decoupled, bc1, bc2);
+            ref().adamw_step(p.ref, g.ref, m.ref, v.ref, lr, beta1, beta2, eps, mode.weight_decay,
+                             mode.decoupled, bc1, bc2);
           }
           check_close(p, what + " param");
           check_close(m, what + " exp_avg");
@@ -513,10 +512,10 @@ TEST_CASE("cuda adamw_step: Adam and AdamW over several steps, odd sizes, unalig
 
 // ============================== errors ==============================
 
-TEST_CASE("cuda dense ops: bad input throws Error naming the op") {
-  if (!gpu()) return;
-  auto on_gpu = [](const Shape& shape, DType dtype = DType::float32) {
-    return empty(shape, {.dtype = dtype, .device = Device::cuda()});
+TEST_CASE("parity: dense ops: bad input throws Error naming the op") {
+  if (!available()) return;
+  auto on_dev = [](const Shape& shape, DType dtype = DType::float32) {
+    return empty(shape, {.dtype = dtype, .device = device()});
   };
   auto host = [](const Shape& shape) { return empty(shape, {.dtype = DType::float32}); };
   auto fails = [](auto&& call, const std::string& part) {
@@ -530,49 +529,52 @@ TEST_CASE("cuda dense ops: bad input throws Error naming the op") {
   };
   fails(
       [&] {
-        cuda_be().matmul(on_gpu({2, 3, 4}), on_gpu({2, 5, 6}), on_gpu({2, 3, 6}));
+        dev().matmul(on_dev({2, 3, 4}), on_dev({2, 5, 6}), on_dev({2, 3, 6}));
       },
       "matmul: shapes do not match");
-  fails([&] { cuda_be().matmul(on_gpu({1, 3, 4}), host({1, 4, 6}), on_gpu({1, 3, 6})); }, "matmul");
+  if (!device().is_cpu()) {  // a host tensor handed to a device backend
+    fails([&] { dev().matmul(on_dev({1, 3, 4}), host({1, 4, 6}), on_dev({1, 3, 6})); }, "matmul");
+  }
   fails(
       [&] {
-        cuda_be().matmul(on_gpu({1, 3, 4}, DType::int64), on_gpu({1, 4, 6}, DType::int64),
-                         on_gpu({1, 3, 6}, DType::int64));
+        dev().matmul(on_dev({1, 3, 4}, DType::int64), on_dev({1, 4, 6}, DType::int64),
+                     on_dev({1, 3, 6}, DType::int64));
       },
       "matmul");
   fails(
       [&] {
-        cuda_be().conv1d(on_gpu({2, 3, 8}), on_gpu({4, 2, 3}), Tensor(), 1, 0, on_gpu({2, 4, 6}));
+        dev().conv1d(on_dev({2, 3, 8}), on_dev({4, 2, 3}), Tensor(), 1, 0, on_dev({2, 4, 6}));
       },
       "conv1d");
   fails(
       [&] {
-        cuda_be().conv1d(on_gpu({2, 3, 8}), on_gpu({4, 3, 3}), Tensor(), 0, 0, on_gpu({2, 4, 6}));
+        dev().conv1d(on_dev({2, 3, 8}), on_dev({4, 3, 3}), Tensor(), 0, 0, on_dev({2, 4, 6}));
       },
       "stride");
   fails(
       [&] {
-        cuda_be().pool1d(PoolKind::max, on_gpu({2, 3, 4}), 5, 1, on_gpu({2, 3, 1}));
+        dev().pool1d(PoolKind::max, on_dev({2, 3, 4}), 5, 1, on_dev({2, 3, 1}));
       },
       "max_pool1d");
   fails(
       [&] {
-        cuda_be().pool1d(PoolKind::average, on_gpu({2, 8, 3}).transpose(1, 2), 2, 2,
-                         on_gpu({2, 3, 4}));
+        dev().pool1d(PoolKind::average, on_dev({2, 8, 3}).transpose(1, 2), 2, 2, on_dev({2, 3, 4}));
       },
       "contiguous");
   fails(
       [&] {
-        const Tensor p = on_gpu({4}, DType::bfloat16);
-        cuda_be().adamw_step(p, on_gpu({4}, DType::bfloat16), on_gpu({4}, DType::bfloat16),
-                             on_gpu({4}, DType::bfloat16), 0.1, 0.9, 0.999, 1e-8, 0.0, true, 0.1,
-                             0.001);
+        const Tensor p = on_dev({4}, DType::bfloat16);
+        dev().adamw_step(p, on_dev({4}, DType::bfloat16), on_dev({4}, DType::bfloat16),
+                         on_dev({4}, DType::bfloat16), 0.1, 0.9, 0.999, 1e-8, 0.0, true, 0.1,
+                         0.001);
       },
       "adamw_step");
-  fails(
-      [&] {
-        cuda_be().adamw_step(on_gpu({4}), on_gpu({4}), on_gpu({4}), host({4}), 0.1, 0.9, 0.999,
-                             1e-8, 0.0, true, 0.1, 0.001);
-      },
-      "exp_avg_sq");
+  if (!device().is_cpu()) {
+    fails(
+        [&] {
+          dev().adamw_step(on_dev({4}), on_dev({4}), on_dev({4}), host({4}), 0.1, 0.9, 0.999, 1e-8,
+                           0.0, true, 0.1, 0.001);
+        },
+        "exp_avg_sq");
+  }
 }

@@ -1,0 +1,69 @@
+// The reference backend's plumbing: its name, a plain heap allocator, and the process's one
+// instance. The ops are in the files named after their families.
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include "backends/reference/reference_backend.h"
+
+namespace tinyformer {
+
+namespace reference {
+
+namespace {
+
+// new/delete with statistics; no caching (the reference backend is not about speed).
+class PlainAllocator final : public Allocator {
+ public:
+  void* allocate(std::size_t bytes) override {
+    void* p = ::operator new(bytes == 0 ? 1 : bytes);
+    std::lock_guard lock(mutex_);
+    stats_.current_bytes += static_cast<std::int64_t>(bytes);
+    stats_.allocation_count += 1;
+    if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
+    return p;
+  }
+  void deallocate(void* ptr, std::size_t bytes) override {
+    ::operator delete(ptr);
+    std::lock_guard lock(mutex_);
+    stats_.current_bytes -= static_cast<std::int64_t>(bytes);
+  }
+  MemoryStats stats() const override {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+  void reset_peak() override {
+    std::lock_guard lock(mutex_);
+    stats_.peak_bytes = stats_.current_bytes;
+  }
+  void empty_cache() override {}
+
+ private:
+  mutable std::mutex mutex_;
+  MemoryStats stats_;
+};
+
+}  // namespace
+
+std::string ReferenceBackend::runtime_info() {
+  return "reference: plain loops in double precision, one thread";
+}
+
+Allocator& ReferenceBackend::allocator() {
+  static PlainAllocator allocator;
+  return allocator;
+}
+
+void ReferenceBackend::memcpy(void* dst, Device, const void* src, Device, std::size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+}  // namespace reference
+
+Backend& reference_backend() {
+  static reference::ReferenceBackend instance;
+  return instance;
+}
+
+}  // namespace tinyformer

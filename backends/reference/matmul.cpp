@@ -1,0 +1,28 @@
+// Matrix products.
+//   matmul: out[b, i, j] = sum_k a[b, i, k] * b[b, k, j]
+//           a: [B, M, K], b: [B, K, N] (either may be broadcast in B, a batch of 1, or have any
+//           strides), out: [B, M, N]
+// The sum runs in double whatever the dtype, so the only rounding is the final write.
+#include "backends/reference/element.h"
+#include "backends/reference/reference_backend.h"
+#include "core/op_checks.h"
+
+namespace tinyformer::reference {
+
+void ReferenceBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_matmul_args(a, b, out, DeviceType::cpu);
+  const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  for (std::int64_t p = 0; p < batch; ++p) {
+    // A batch of one in a or b is used for every batch of out.
+    const std::int64_t pa = a.size(0) == 1 ? 0 : p, pb = b.size(0) == 1 ? 0 : p;
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        double sum = 0.0;
+        for (std::int64_t q = 0; q < k; ++q) sum += at(a, {pa, i, q}) * at(b, {pb, q, j});
+        set_at(out, {p, i, j}, sum);
+      }
+    }
+  }
+}
+
+}  // namespace tinyformer::reference
