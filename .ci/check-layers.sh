@@ -43,5 +43,18 @@ while IFS=: read -r file line text; do
 done < <(grep -rnE '^\s*#\s*include\s+["<](core|autograd|nn|backends|tinyformer/(core|autograd|nn))/' \
            examples --include='*.cpp' --include='*.h' || true)
 
+# core/ knows no concrete backend: backends register themselves (core/backend.h) and core/
+# dispatches through the registry. So no file under core/, comments included, names a backend,
+# its class or its accessor, the libraries a backend is built on, or the backends' folders; core/
+# says "a backend" or "the device's backend". Device types (Device::cuda(), "the GPU") are
+# devices, not backends, and stay allowed.
+backend_words='cpu_backend|cuda_backend|CpuBackend|CudaBackend|cudnn|cublas|dnnl|onednn|mkldnn'
+backend_words+='|openblas|cblas|backends/|cpu::|cuda::'
+while IFS=: read -r file line text; do
+  echo "check-layers: $file:$line names a concrete backend (core/ knows none): ${text#"${text%%[![:space:]]*}"}"
+  bad=1
+done < <(grep -rniE "$backend_words" core || true)
+
 if [[ $bad -ne 0 ]]; then exit 1; fi
-echo "check-layers: every include follows examples -> nn -> autograd -> core <- backends"
+echo "check-layers: every include follows examples -> nn -> autograd -> core <- backends;" \
+  "core/ names no concrete backend"

@@ -1,7 +1,6 @@
-// One Adam/AdamW step of one element, shared by the CPU loop (backends/cpu/optimizer.cpp) and
-// the CUDA kernels (backends/cuda/optimizer.cu) of the adamw_step op, so that both devices do
-// the same arithmetic in the same order: core/ops.def's formula term by term, in the order
-// torch.optim.Adam evaluates it.
+// One Adam/AdamW step of one element, shared by every backend's adamw_step kernel (a CPU loop,
+// a GPU kernel), so that all devices do the same arithmetic in the same order: core/ops.def's
+// formula term by term, in the order torch.optim.Adam evaluates it.
 #pragma once
 
 #include <cmath>

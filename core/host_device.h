@@ -1,6 +1,6 @@
-// TF_HOST_DEVICE marks a function that both backends call: the CPU's loops and the CUDA
-// kernels (under nvcc it is __host__ __device__; elsewhere nothing). core/ stays free of any
-// other CUDA construct.
+// TF_HOST_DEVICE marks a function that every backend calls, from CPU loops and GPU kernels alike
+// (under nvcc it is __host__ __device__; elsewhere nothing). core/ stays free of any other CUDA
+// construct.
 #pragma once
 
 #if defined(__CUDACC__)

@@ -1,78 +1,81 @@
 // The argument rules of the primitive ops (see op_checks.h): one place for the checks every
-// backend runs before its kernels, so the CPU and CUDA backends reject the same calls with the
-// same messages.
+// backend runs before its kernels, so that every backend rejects the same calls with the same
+// messages. Nothing here depends on which backend checks: what differs between backends (the
+// dtypes their kernels take, their device type) is asked of the backend.
 #include "core/op_checks.h"
 
 #include <cmath>
+#include <string_view>
 
+#include "core/backend.h"
 #include "core/error.h"
 
 namespace tinyformer {
 
 namespace {
 
-bool on_backend(const Tensor& t, DeviceType backend) {
-  return t.device().type == backend;
+// The op's output (or, where the outputs are optional, its first input) is on the backend's kind
+// of device; every other operand must then be on that same device.
+void check_backend_device(const Tensor& t, const char* op, const char* name,
+                          const Backend& backend) {
+  TF_CHECK(t.device().type == backend.device_type(), op, ": the ", backend.name(), " backend got ",
+           name, " on ", t.device());
+}
+void check_device(const Tensor& t, const char* op, const char* name, const Device& device) {
+  TF_CHECK(t.device() == device, op, ": expected ", name, " on ", device, ", got ", t.device());
 }
 
-// The floating dtypes the backend's kernels take, as messages list them (the CPU kernels have no
-// bfloat16 path).
-const char* floating_list(DeviceType backend) {
-  return backend == DeviceType::cpu ? "float32 or float64" : "float32, float64 or bfloat16";
+// The dtype `dtype` is one the backend's kernels take for `kind`; `what` follows the list in the
+// message ("float32 or float64 tensors of one dtype").
+void check_supported(Op kind, DType dtype, const char* op, const Backend& backend,
+                     const char* what = "") {
+  TF_CHECK(backend.supports(kind, dtype), op, ": expected ", backend.dtype_list(kind), what,
+           ", got ", dtype);
 }
 
-// A defined, contiguous tensor of `shape` and `dtype` on the backend's device; `name` names the
-// argument. `same_device`, when given, is the one device every operand must share (the CUDA
-// backend's rule for conv1d and pooling); otherwise the tensor must be on the backend's kind.
+// A defined, contiguous tensor of `shape` and `dtype` on `device`; `name` names the argument.
 void check_operand(const Tensor& t, const char* op, const char* name, const Shape& shape,
-                   DType dtype, DeviceType backend, const Device* same_device = nullptr) {
+                   DType dtype, const Device& device) {
   TF_CHECK(t.defined(), op, ": expected a defined ", name, ", got an undefined Tensor");
   TF_CHECK(t.shape() == shape, op, ": expected ", name, " of shape ", shape_str(shape), ", got ",
            shape_str(t.shape()));
   TF_CHECK(t.dtype() == dtype, op, ": expected ", name, " of dtype ", dtype, ", got ", t.dtype());
-  if (same_device != nullptr) {
-    TF_CHECK(t.device() == *same_device, op, ": expected ", name, " on ", *same_device, ", got ",
-             t.device());
-  } else {
-    TF_CHECK(on_backend(t, backend), op, ": the ", backend_name(backend), " backend got ", name,
-             " on ", t.device());
-  }
+  check_device(t, op, name, device);
   TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
            shape_str(t.strides()));
 }
 
-// x: [R, C] floating, contiguous, on the backend.
-void check_layer_norm_input(const Tensor& x, const char* op, DeviceType backend) {
+// x: [R, C] of a dtype the backend normalizes, contiguous, on the backend's device.
+void check_layer_norm_input(const Tensor& x, Op kind, const char* op, const Backend& backend) {
   TF_CHECK(x.defined(), op, ": expected a defined x, got an undefined Tensor");
   TF_CHECK(x.dim() == 2, op, ": expected x of shape [R, C], got ", shape_str(x.shape()));
-  TF_CHECK(is_floating(x.dtype()), op, ": expected ", floating_list(backend), ", got ", x.dtype());
-  check_operand(x, op, "x", x.shape(), x.dtype(), backend);
+  check_supported(kind, x.dtype(), op, backend);
+  check_backend_device(x, op, "x", backend);
+  check_operand(x, op, "x", x.shape(), x.dtype(), x.device());
 }
 
-// mean, rstd: [R] of x's dtype; the CUDA backend also takes float32 statistics for a bfloat16 x.
-void check_layer_norm_stats(const Tensor& x, const Tensor& mean, const Tensor& rstd, const char* op,
-                            DeviceType backend) {
+// mean, rstd: [R] of x's dtype, or float32 for a bfloat16 x (statistics rounded to bfloat16
+// would lose the precision the normalization needs, so a backend may keep them in float32).
+void check_layer_norm_stats(const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                            const char* op) {
   const DType stats =
-      backend == DeviceType::cuda && x.dtype() == DType::bfloat16 && mean.dtype() == DType::float32
-          ? DType::float32
-          : x.dtype();
-  check_operand(mean, op, "mean", {x.size(0)}, stats, backend);
-  check_operand(rstd, op, "rstd", {x.size(0)}, stats, backend);
+      x.dtype() == DType::bfloat16 && mean.dtype() == DType::float32 ? DType::float32 : x.dtype();
+  check_operand(mean, op, "mean", {x.size(0)}, stats, x.device());
+  check_operand(rstd, op, "rstd", {x.size(0)}, stats, x.device());
 }
 
 // x: [B, Cin, L], weight: [Cout, Cin, K]; checks both and works out Lout.
-ConvShape conv_shape(const char* op, const Tensor& x, const Tensor& weight, std::int64_t stride,
-                     std::int64_t padding, DeviceType backend, const Device* same_device) {
+ConvShape conv_shape(Op kind, const char* op, const Tensor& x, const Tensor& weight,
+                     std::int64_t stride, std::int64_t padding, const Backend& backend) {
   TF_CHECK(x.defined() && weight.defined(), op,
            ": expected defined x and weight, got an undefined Tensor");
   TF_CHECK(x.dim() == 3, op, ": expected x of shape [B, C, L], got ", shape_str(x.shape()));
   TF_CHECK(weight.dim() == 3, op, ": expected weight of shape [Cout, Cin, K], got ",
            shape_str(weight.shape()));
-  TF_CHECK(is_floating(x.dtype()), op, ": expected ", floating_list(backend), ", got ", x.dtype());
-  TF_CHECK(on_backend(x, backend), op, ": the ", backend_name(backend), " backend got x on ",
-           x.device());
-  check_operand(x, op, "x", x.shape(), x.dtype(), backend, same_device);
-  check_operand(weight, op, "weight", weight.shape(), x.dtype(), backend, same_device);
+  check_supported(kind, x.dtype(), op, backend);
+  check_backend_device(x, op, "x", backend);
+  check_operand(x, op, "x", x.shape(), x.dtype(), x.device());
+  check_operand(weight, op, "weight", weight.shape(), x.dtype(), x.device());
   TF_CHECK(weight.size(1) == x.size(1), op, ": weight ", shape_str(weight.shape()), " expects ",
            weight.size(1), " input channels, x ", shape_str(x.shape()), " has ", x.size(1));
   TF_CHECK(stride >= 1, op, ": expected stride >= 1, got ", stride);
@@ -86,15 +89,16 @@ ConvShape conv_shape(const char* op, const Tensor& x, const Tensor& weight, std:
           weight.size(2), stride,    padding,   (padded - weight.size(2)) / stride + 1};
 }
 
-// x: [B, C, L]; returns Lout after checking x, kernel and stride.
+// x: [B, C, L]; returns Lout after checking x, kernel and stride. `op` is the kind's name
+// (max_pool1d, avg_pool1d_backward).
 std::int64_t pool_out_length(const char* op, const Tensor& x, std::int64_t kernel,
-                             std::int64_t stride, DeviceType backend, const Device* same_device) {
+                             std::int64_t stride, const Backend& backend) {
+  const Op kind = std::string_view(op).ends_with("_backward") ? Op::pool1d_backward : Op::pool1d;
   TF_CHECK(x.defined(), op, ": expected a defined x, got an undefined Tensor");
   TF_CHECK(x.dim() == 3, op, ": expected x of shape [B, C, L], got ", shape_str(x.shape()));
-  TF_CHECK(is_floating(x.dtype()), op, ": expected ", floating_list(backend), ", got ", x.dtype());
-  TF_CHECK(on_backend(x, backend), op, ": the ", backend_name(backend), " backend got x on ",
-           x.device());
-  check_operand(x, op, "x", x.shape(), x.dtype(), backend, same_device);
+  check_supported(kind, x.dtype(), op, backend);
+  check_backend_device(x, op, "x", backend);
+  check_operand(x, op, "x", x.shape(), x.dtype(), x.device());
   TF_CHECK(kernel >= 1 && stride >= 1, op, ": expected kernel >= 1 and stride >= 1, got kernel ",
            kernel, " and stride ", stride);
   TF_CHECK(x.size(2) >= kernel, op, ": the kernel (", kernel, ") is longer than the input (",
@@ -102,24 +106,14 @@ std::int64_t pool_out_length(const char* op, const Tensor& x, std::int64_t kerne
   return (x.size(2) - kernel) / stride + 1;
 }
 
-// The CUDA backend wants every operand of a cuDNN call on x's GPU; null on the CPU.
-const Device* cudnn_device(const Device& x_device, DeviceType backend) {
-  return backend == DeviceType::cuda ? &x_device : nullptr;
-}
-
-// One of adamw_step's tensors: param's shape and dtype, contiguous, on the backend.
-void check_adam_state(const Tensor& t, const Tensor& param, const char* name, DeviceType backend) {
+// One of adamw_step's tensors: param's shape and dtype, contiguous, on param's device.
+void check_adam_state(const Tensor& t, const Tensor& param, const char* name) {
   const char* op = "adamw_step";
   TF_CHECK(t.defined(), op, ": expected a defined ", name, ", got an undefined Tensor");
   TF_CHECK(t.shape() == param.shape() && t.dtype() == param.dtype(), op, ": expected ", name,
            " of the parameter's ", param.dtype(), " ", shape_str(param.shape()), ", got ",
            t.dtype(), " ", shape_str(t.shape()));
-  if (backend == DeviceType::cpu) {
-    TF_CHECK(t.device().is_cpu(), op, ": the CPU backend got ", name, " on ", t.device());
-  } else {
-    TF_CHECK(t.device() == param.device() && t.device().is_cuda(), op,
-             ": the CUDA backend expected ", name, " on ", param.device(), ", got ", t.device());
-  }
+  check_device(t, op, name, param.device());
   TF_CHECK(t.is_contiguous(), op, ": expected a contiguous ", name, ", got strides ",
            shape_str(t.strides()));
 }
@@ -130,20 +124,14 @@ void check_hyper(bool ok, const char* what, double value, const char* expected) 
 
 }  // namespace
 
-const char* backend_name(DeviceType backend) {
-  return backend == DeviceType::cpu ? "CPU" : "CUDA";
-}
-
 void check_same_shape(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs,
-                      DeviceType backend) {
-  const bool cuda = backend == DeviceType::cuda;
+                      const Backend& backend) {
   TF_CHECK(out.defined(), op, ": expected a defined output tensor, got an undefined Tensor");
-  TF_CHECK(!cuda || out.device().is_cuda(), op, ": expected the output on the GPU, got it on ",
-           out.device());
+  check_backend_device(out, op, "the output", backend);
   for (const Tensor& t : inputs) {
     TF_CHECK(t.defined(), op, ": expected defined input tensors, got an undefined Tensor");
-    TF_CHECK(!cuda || t.device() == out.device(), op, ": expected inputs on ", out.device(),
-             ", got one on ", t.device());
+    TF_CHECK(t.device() == out.device(), op, ": expected inputs on ", out.device(), ", got one on ",
+             t.device());
     TF_CHECK(t.shape() == out.shape(), op, ": expected inputs of the output's shape ",
              shape_str(out.shape()), ", got ", shape_str(t.shape()));
   }
@@ -156,16 +144,17 @@ void check_dtype(const char* op, const char* what, const Tensor& t, DType dtype)
 }
 
 // x, out: same shape, any strides, one dtype.
-void check_unary_args(UnaryOp op, const Tensor& x, const Tensor& out, DeviceType backend) {
+void check_unary_args(UnaryOp op, const Tensor& x, const Tensor& out, const Backend& backend) {
   const char* name = unary_name(op);
   check_same_shape(name, out, {x}, backend);
   TF_CHECK(x.dtype() == out.dtype(), name, ": expected the output's dtype ", out.dtype(),
            ", got input ", x.dtype());
+  check_supported(Op::unary, x.dtype(), name, backend);
 }
 
 // grad, x or y (whichever op' reads; neither for neg), out: same shape and dtype.
 void check_unary_backward_args(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
-                               const Tensor& out, DeviceType backend) {
+                               const Tensor& out, const Backend& backend) {
   const char* name = unary_name(op);
   const UnaryReads reads = unary_traits(op).reads;
   const bool reads_x = reads == UnaryReads::x, reads_y = reads == UnaryReads::y;
@@ -181,19 +170,18 @@ void check_unary_backward_args(UnaryOp op, const Tensor& grad, const Tensor& x, 
     check_same_shape(name, out, {grad}, backend);
   }
   check_dtype(name, "grad", grad, out.dtype());
+  check_supported(Op::unary_backward, out.dtype(), name, backend);
 }
 
 // x: any shape and strides; out: x's shape with every dim in `dims` (in range, no repeats) set
 // to 1, x's dtype; mean takes floating tensors only.
 std::vector<bool> check_reduce_args(ReduceOp op, const Tensor& x, const Shape& dims,
-                                    const Tensor& out, DeviceType backend) {
+                                    const Tensor& out, const Backend& backend) {
   const char* name = reduce_name(op);
   TF_CHECK(x.defined() && out.defined(), name,
            ": expected defined tensors, got an undefined Tensor");
-  if (backend == DeviceType::cuda) {
-    TF_CHECK(x.device().is_cuda() && out.device() == x.device(), name,
-             ": expected tensors on the GPU, got ", x.device(), " and ", out.device());
-  }
+  check_backend_device(out, name, "the output", backend);
+  check_device(x, name, "x", out.device());
   std::vector<bool> reduced(static_cast<std::size_t>(x.dim()), false);
   Shape expected = x.shape();
   for (std::int64_t d : dims) {
@@ -209,6 +197,7 @@ std::vector<bool> check_reduce_args(ReduceOp op, const Tensor& x, const Shape& d
   check_dtype(name, "the output", out, x.dtype());
   TF_CHECK(op != ReduceOp::mean || is_floating(x.dtype()), name,
            ": expected a floating tensor, got ", x.dtype());
+  check_supported(Op::reduce, x.dtype(), name, backend);
   // An empty reduced dim: the sum of nothing is 0 and its mean NaN; max and min have no value.
   TF_CHECK(out.numel() == 0 || x.numel() > 0 || op == ReduceOp::sum || op == ReduceOp::mean, name,
            ": cannot reduce over an empty dim of shape ", shape_str(x.shape()));
@@ -217,7 +206,7 @@ std::vector<bool> check_reduce_args(ReduceOp op, const Tensor& x, const Shape& d
 
 // x: any shape; values (x's dtype), indices (int64): x's shape with `dim` set to 1.
 std::int64_t check_max_dim_args(const Tensor& x, std::int64_t dim, const Tensor& values,
-                                const Tensor& indices, DeviceType backend) {
+                                const Tensor& indices, const Backend& backend) {
   TF_CHECK(x.defined(), "max_dim: expected a defined tensor, got an undefined Tensor");
   const std::int64_t d = normalize_dim(dim, x.dim(), "max_dim");
   Shape kept_shape = x.shape();
@@ -226,20 +215,19 @@ std::int64_t check_max_dim_args(const Tensor& x, std::int64_t dim, const Tensor&
                indices.shape() == kept_shape,
            "max_dim: expected values and indices of shape ", shape_str(kept_shape), " for ",
            shape_str(x.shape()), " over dim ", dim);
-  if (backend == DeviceType::cuda) {
-    TF_CHECK(
-        x.device().is_cuda() && values.device() == x.device() && indices.device() == x.device(),
-        "max_dim: expected tensors on the GPU, got ", x.device(), ", ", values.device(), " and ",
-        indices.device());
-  }
+  check_backend_device(values, "max_dim", "values", backend);
+  check_device(x, "max_dim", "x", values.device());
+  check_device(indices, "max_dim", "indices", values.device());
   check_dtype("max_dim", "values", values, x.dtype());
   check_dtype("max_dim", "indices", indices, DType::int64);
+  check_supported(Op::max_dim, x.dtype(), "max_dim", backend);
   return d;
 }
 
 // a: [B, M, K], b: [B, K, N] (a batch of 1 broadcasts), out: [B, M, N] contiguous, not sharing
-// memory with a or b; one floating dtype.
-void check_matmul_args(const Tensor& a, const Tensor& b, const Tensor& out, DeviceType backend) {
+// memory with a or b; one dtype the backend multiplies.
+void check_matmul_args(const Tensor& a, const Tensor& b, const Tensor& out,
+                       const Backend& backend) {
   TF_CHECK(a.defined() && b.defined() && out.defined(),
            "matmul: expected defined a, b and out, got an undefined Tensor");
   TF_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3,
@@ -250,40 +238,38 @@ void check_matmul_args(const Tensor& a, const Tensor& b, const Tensor& out, Devi
                a.size(1) == m && b.size(1) == k && b.size(2) == n,
            "matmul: shapes do not match: ", shape_str(a.shape()), " @ ", shape_str(b.shape()),
            " into ", shape_str(out.shape()));
-  TF_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype() && is_floating(a.dtype()),
-           "matmul: expected float32, float64 or bfloat16 operands of one dtype, got ", a.dtype(),
-           ", ", b.dtype(), " and ", out.dtype());
-  if (backend == DeviceType::cpu) {
-    TF_CHECK(a.device().is_cpu() && b.device().is_cpu() && out.device().is_cpu(),
-             "matmul: the CPU backend got a tensor on ",
-             !a.device().is_cpu()   ? a.device()
-             : !b.device().is_cpu() ? b.device()
-                                    : out.device());
-  } else {
-    TF_CHECK(out.device().is_cuda() && a.device() == out.device() && b.device() == out.device(),
-             "matmul: the CUDA backend expected a, b and out on one GPU, got ", a.device(), ", ",
-             b.device(), " and ", out.device());
-  }
+  TF_CHECK(
+      a.dtype() == b.dtype() && a.dtype() == out.dtype() && backend.supports(Op::matmul, a.dtype()),
+      "matmul: expected ", backend.dtype_list(Op::matmul), " operands of one dtype, got ",
+      a.dtype(), ", ", b.dtype(), " and ", out.dtype());
+  check_backend_device(out, "matmul", "out", backend);
+  check_device(a, "matmul", "a", out.device());
+  check_device(b, "matmul", "b", out.device());
   TF_CHECK(out.numel() == 0 || out.is_contiguous(),
            "matmul: expected a contiguous out, got strides ", shape_str(out.strides()));
   TF_CHECK(out.storage() != a.storage() && out.storage() != b.storage(),
            "matmul: out shares memory with an input");
 }
 
-// Every tensor must be a contiguous [R, C] of the first one's shape and one floating dtype.
+// Every tensor must be a contiguous [R, C] of the first one's shape and one dtype the backend
+// normalizes, on the device of the last one (the output).
 void check_softmax_args(const char* op, std::initializer_list<const Tensor*> tensors,
-                        DeviceType backend) {
+                        const Backend& backend) {
+  const Op kind = std::string_view(op).ends_with("_backward") ? Op::softmax_backward : Op::softmax;
   const Tensor& first = **tensors.begin();
+  const Tensor& out = **(tensors.end() - 1);
+  TF_CHECK(out.defined(), op, ": expected defined tensors, got an undefined Tensor");
+  check_backend_device(out, op, "the output", backend);
   for (const Tensor* t : tensors) {
     TF_CHECK(t->defined(), op, ": expected defined tensors, got an undefined Tensor");
     TF_CHECK(t->dim() == 2, op, ": expected [R, C] tensors, got shape ", shape_str(t->shape()));
     TF_CHECK(t->shape() == first.shape(), op, ": shapes differ: ", shape_str(first.shape()),
              " and ", shape_str(t->shape()));
-    TF_CHECK(t->dtype() == first.dtype() && is_floating(t->dtype()), op, ": expected ",
-             floating_list(backend), " tensors of one dtype, got ", first.dtype(), " and ",
+    TF_CHECK(t->dtype() == first.dtype() && backend.supports(kind, t->dtype()), op, ": expected ",
+             backend.dtype_list(kind), " tensors of one dtype, got ", first.dtype(), " and ",
              t->dtype());
-    TF_CHECK(on_backend(*t, backend), op, ": the ", backend_name(backend),
-             " backend got a tensor on ", t->device());
+    TF_CHECK(t->device() == out.device(), op, ": expected tensors on ", out.device(),
+             ", got one on ", t->device());
     TF_CHECK(t->is_contiguous(), op, ": expected contiguous tensors, got strides ",
              shape_str(t->strides()), " for shape ", shape_str(t->shape()));
   }
@@ -293,16 +279,17 @@ void check_softmax_args(const char* op, std::initializer_list<const Tensor*> ten
 // one element unless there are no rows.
 void check_layer_norm_args(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                            const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                           DeviceType backend) {
+                           const Backend& backend) {
   const char* op = "layer_norm";
-  check_layer_norm_input(x, op, backend);
+  check_layer_norm_input(x, Op::layer_norm, op, backend);
   const std::int64_t rows = x.size(0), cols = x.size(1);
+  const Device device = x.device();
   TF_CHECK(out.defined() && mean.defined() && rstd.defined(), op,
            ": expected defined out, mean and rstd, got an undefined Tensor");
-  check_operand(out, op, "out", x.shape(), x.dtype(), backend);
-  check_layer_norm_stats(x, mean, rstd, op, backend);
-  if (weight.defined()) check_operand(weight, op, "weight", {cols}, x.dtype(), backend);
-  if (bias.defined()) check_operand(bias, op, "bias", {cols}, x.dtype(), backend);
+  check_operand(out, op, "out", x.shape(), x.dtype(), device);
+  check_layer_norm_stats(x, mean, rstd, op);
+  if (weight.defined()) check_operand(weight, op, "weight", {cols}, x.dtype(), device);
+  if (bias.defined()) check_operand(bias, op, "bias", {cols}, x.dtype(), device);
   TF_CHECK(eps >= 0, op, ": expected eps >= 0, got ", eps);
   if (rows == 0) return;
   TF_CHECK(cols > 0, op, ": cannot normalize rows of 0 elements (x ", shape_str(x.shape()), ")");
@@ -313,33 +300,32 @@ void check_layer_norm_args(const Tensor& x, const Tensor& weight, const Tensor& 
 void check_layer_norm_backward_args(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                     const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                                     const Tensor& grad_weight, const Tensor& grad_bias,
-                                    DeviceType backend) {
+                                    const Backend& backend) {
   const char* op = "layer_norm_backward";
-  check_layer_norm_input(x, op, backend);
+  check_layer_norm_input(x, Op::layer_norm_backward, op, backend);
   const std::int64_t cols = x.size(1);
+  const Device device = x.device();
   TF_CHECK(grad.defined() && mean.defined() && rstd.defined(), op,
            ": expected defined grad, mean and rstd, got an undefined Tensor");
-  check_operand(grad, op, "grad", x.shape(), x.dtype(), backend);
-  check_layer_norm_stats(x, mean, rstd, op, backend);
-  if (weight.defined()) check_operand(weight, op, "weight", {cols}, x.dtype(), backend);
-  if (grad_x.defined()) check_operand(grad_x, op, "grad_x", x.shape(), x.dtype(), backend);
+  check_operand(grad, op, "grad", x.shape(), x.dtype(), device);
+  check_layer_norm_stats(x, mean, rstd, op);
+  if (weight.defined()) check_operand(weight, op, "weight", {cols}, x.dtype(), device);
+  if (grad_x.defined()) check_operand(grad_x, op, "grad_x", x.shape(), x.dtype(), device);
   if (grad_weight.defined()) {
-    check_operand(grad_weight, op, "grad_weight", {cols}, x.dtype(), backend);
+    check_operand(grad_weight, op, "grad_weight", {cols}, x.dtype(), device);
   }
-  if (grad_bias.defined()) check_operand(grad_bias, op, "grad_bias", {cols}, x.dtype(), backend);
+  if (grad_bias.defined()) check_operand(grad_bias, op, "grad_bias", {cols}, x.dtype(), device);
 }
 
 // x: [B, Cin, L], weight: [Cout, Cin, K], bias: [Cout] or undefined, out: [B, Cout, Lout]
 ConvShape check_conv1d_args(const Tensor& x, const Tensor& weight, const Tensor& bias,
                             std::int64_t stride, std::int64_t padding, const Tensor& out,
-                            DeviceType backend) {
+                            const Backend& backend) {
   const char* op = "conv1d";
-  const Device device = x.defined() ? x.device() : Device{};
-  const Device* same = cudnn_device(device, backend);
-  const ConvShape s = conv_shape(op, x, weight, stride, padding, backend, same);
-  if (bias.defined()) check_operand(bias, op, "bias", {s.c_out}, x.dtype(), backend, same);
+  const ConvShape s = conv_shape(Op::conv1d, op, x, weight, stride, padding, backend);
+  if (bias.defined()) check_operand(bias, op, "bias", {s.c_out}, x.dtype(), x.device());
   TF_CHECK(out.defined(), op, ": expected a defined out, got an undefined Tensor");
-  check_operand(out, op, "out", {s.batch, s.c_out, s.out_length}, x.dtype(), backend, same);
+  check_operand(out, op, "out", {s.batch, s.c_out, s.out_length}, x.dtype(), x.device());
   return s;
 }
 
@@ -348,60 +334,52 @@ ConvShape check_conv1d_args(const Tensor& x, const Tensor& weight, const Tensor&
 ConvShape check_conv1d_backward_args(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                      std::int64_t stride, std::int64_t padding,
                                      const Tensor& grad_x, const Tensor& grad_weight,
-                                     const Tensor& grad_bias, DeviceType backend) {
+                                     const Tensor& grad_bias, const Backend& backend) {
   const char* op = "conv1d_backward";
-  const Device device = x.defined() ? x.device() : Device{};
-  const Device* same = cudnn_device(device, backend);
-  const ConvShape s = conv_shape(op, x, weight, stride, padding, backend, same);
+  const ConvShape s = conv_shape(Op::conv1d_backward, op, x, weight, stride, padding, backend);
   const DType dtype = x.dtype();
+  const Device device = x.device();
   TF_CHECK(grad.defined(), op, ": expected a defined grad, got an undefined Tensor");
-  check_operand(grad, op, "grad", {s.batch, s.c_out, s.out_length}, dtype, backend, same);
-  if (grad_x.defined()) check_operand(grad_x, op, "grad_x", x.shape(), dtype, backend, same);
+  check_operand(grad, op, "grad", {s.batch, s.c_out, s.out_length}, dtype, device);
+  if (grad_x.defined()) check_operand(grad_x, op, "grad_x", x.shape(), dtype, device);
   if (grad_weight.defined()) {
-    check_operand(grad_weight, op, "grad_weight", weight.shape(), dtype, backend, same);
+    check_operand(grad_weight, op, "grad_weight", weight.shape(), dtype, device);
   }
-  if (grad_bias.defined()) {
-    check_operand(grad_bias, op, "grad_bias", {s.c_out}, dtype, backend, same);
-  }
+  if (grad_bias.defined()) check_operand(grad_bias, op, "grad_bias", {s.c_out}, dtype, device);
   return s;
 }
 
 // x: [B, C, L], out: [B, C, Lout]
 std::int64_t check_pool1d_args(const char* op, const Tensor& x, std::int64_t kernel,
-                               std::int64_t stride, const Tensor& out, DeviceType backend) {
-  const Device device = x.defined() ? x.device() : Device{};
-  const Device* same = cudnn_device(device, backend);
-  const std::int64_t out_length = pool_out_length(op, x, kernel, stride, backend, same);
-  check_operand(out, op, "out", {x.size(0), x.size(1), out_length}, x.dtype(), backend, same);
+                               std::int64_t stride, const Tensor& out, const Backend& backend) {
+  const std::int64_t out_length = pool_out_length(op, x, kernel, stride, backend);
+  check_operand(out, op, "out", {x.size(0), x.size(1), out_length}, x.dtype(), x.device());
   return out_length;
 }
 
 // grad: [B, C, Lout], x: [B, C, L] (the forward's input), grad_x: [B, C, L]
 std::int64_t check_pool1d_backward_args(const char* op, const Tensor& grad, const Tensor& x,
                                         std::int64_t kernel, std::int64_t stride,
-                                        const Tensor& grad_x, DeviceType backend) {
-  const Device device = x.defined() ? x.device() : Device{};
-  const Device* same = cudnn_device(device, backend);
-  const std::int64_t out_length = pool_out_length(op, x, kernel, stride, backend, same);
-  check_operand(grad, op, "grad", {x.size(0), x.size(1), out_length}, x.dtype(), backend, same);
-  check_operand(grad_x, op, "grad_x", x.shape(), x.dtype(), backend, same);
+                                        const Tensor& grad_x, const Backend& backend) {
+  const std::int64_t out_length = pool_out_length(op, x, kernel, stride, backend);
+  check_operand(grad, op, "grad", {x.size(0), x.size(1), out_length}, x.dtype(), x.device());
+  check_operand(grad_x, op, "grad_x", x.shape(), x.dtype(), x.device());
   return out_length;
 }
 
-// param, grad, exp_avg, exp_avg_sq: one shape, float32 or float64 (moments kept in bfloat16
-// would stall: beta2 * v rounds back to v for beta2 = 0.999), contiguous, no two sharing memory;
-// the scalars in the ranges of core/ops.def.
+// param, grad, exp_avg, exp_avg_sq: one shape, a dtype the backend updates, contiguous, no two
+// sharing memory; the scalars in the ranges of core/ops.def.
 void check_adamw_step_args(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                            const Tensor& exp_avg_sq, double lr, double beta1, double beta2,
                            double eps, double weight_decay, double bias_correction1,
-                           double bias_correction2, DeviceType backend) {
+                           double bias_correction2, const Backend& backend) {
   TF_CHECK(param.defined(), "adamw_step: expected a defined param, got an undefined Tensor");
-  TF_CHECK(param.dtype() == DType::float32 || param.dtype() == DType::float64,
-           "adamw_step: expected a float32 or float64 param, got ", param.dtype());
-  check_adam_state(param, param, "param", backend);
-  check_adam_state(grad, param, "grad", backend);
-  check_adam_state(exp_avg, param, "exp_avg", backend);
-  check_adam_state(exp_avg_sq, param, "exp_avg_sq", backend);
+  check_supported(Op::adamw_step, param.dtype(), "adamw_step", backend, " param");
+  check_backend_device(param, "adamw_step", "param", backend);
+  check_adam_state(param, param, "param");
+  check_adam_state(grad, param, "grad");
+  check_adam_state(exp_avg, param, "exp_avg");
+  check_adam_state(exp_avg_sq, param, "exp_avg_sq");
   check_hyper(std::isfinite(lr) && lr >= 0.0, "lr", lr, ">= 0");
   check_hyper(beta1 >= 0.0 && beta1 < 1.0, "beta1", beta1, "in [0, 1)");
   check_hyper(beta2 >= 0.0 && beta2 < 1.0, "beta2", beta2, "in [0, 1)");

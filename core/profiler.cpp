@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <tuple>
@@ -152,6 +153,8 @@ class ProfilingBackend final : public Backend {
               std::size_t bytes) override {
     inner_.memcpy(dst, dst_device, src, src_device, bytes);
   }
+  DeviceType device_type() const override { return inner_.device_type(); }
+  bool supports(Op op, DType dtype) const override { return inner_.supports(op, dtype); }
 
   // Each op: wait for queued work (a GPU runs asynchronously), run, wait for it, record.
 #define TF_OP(name, params, args)                                     \
@@ -189,13 +192,13 @@ bool profiler_active() {
   return g_active.load(std::memory_order_relaxed);
 }
 
-Backend& profiled_backend(Device device) {
-  if (device.is_cpu()) {
-    static ProfilingBackend cpu(cpu_backend());
-    return cpu;
-  }
-  static ProfilingBackend cuda(cuda_backend());
-  return cuda;
+Backend& profiled_backend(Backend& inner) {
+  static std::mutex mutex;
+  static std::map<const Backend*, std::unique_ptr<ProfilingBackend>> wrappers;
+  const std::lock_guard lock(mutex);
+  std::unique_ptr<ProfilingBackend>& wrapper = wrappers[&inner];
+  if (!wrapper) wrapper = std::make_unique<ProfilingBackend>(inner);
+  return *wrapper;
 }
 
 }  // namespace detail

@@ -29,7 +29,7 @@ class Backend;
 
 struct OpProfile {
   std::string name;        // "matmul", "binary add", "softmax_backward", ...
-  std::string device;      // "cpu" or "cuda"
+  std::string device;      // the name of the backend that ran it
   std::int64_t calls = 0;  //
   double seconds = 0;      // summed wall time of the calls
   double flops = 0;        // floating-point operations done (matrix products: 2 M N K)
@@ -62,9 +62,9 @@ class Profiler {
 
 namespace detail {
 // backend(device) asks these: while a Profiler exists it returns the timing wrapper of the
-// device's backend.
+// device's backend, one wrapper per backend, made on first use.
 bool profiler_active();
-Backend& profiled_backend(Device device);
+Backend& profiled_backend(Backend& inner);
 }  // namespace detail
 
 }  // namespace tinyformer

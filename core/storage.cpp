@@ -1,4 +1,5 @@
-// Storage allocation through the device's allocator, the device registry and memory statistics.
+// Storage allocation through the device's allocator, memory statistics and the settings every
+// backend reads.
 #include "core/storage.h"
 
 #include "core/backend.h"
@@ -17,12 +18,6 @@ Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(d
 
 Storage::~Storage() {
   allocator_->deallocate(data_, nbytes_);
-}
-
-Backend& backend(Device device) {
-  if (detail::profiler_active()) return detail::profiled_backend(device);
-  if (device.is_cpu()) return cpu_backend();
-  return cuda_backend();
 }
 
 void synchronize(Device device) {

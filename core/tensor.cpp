@@ -387,7 +387,7 @@ Tensor to_dtype(const Tensor& t, DType dtype) {
 
 Tensor to_device(const Tensor& t, Device device) {
   if (t.device() == device) return t;
-  if (device.is_cuda()) backend(device);  // a clear error when the build has no CUDA
+  backend(device);  // a clear error when no backend serves the device, or it is absent
   Tensor out = empty(t.shape(), {.dtype = t.dtype(), .device = device});
   copy(t, out);
   return out;

@@ -155,7 +155,7 @@ Tensor from(std::initializer_list<T> values, const Shape& shape, Device device =
   return from(std::vector<T>(values), shape, device);
 }
 
-// --- Raw (non-differentiable) layout operations used by autograd/ and backends/ ---
+// --- Raw (non-differentiable) layout operations used by autograd/ and the backends ---
 namespace raw {
 // A tensor that shares `base`'s storage with the given layout (bounds are checked).
 Tensor as_strided(const Tensor& base, const Shape& shape, const Shape& strides,

@@ -127,10 +127,3 @@ void CpuBackend::memcpy(void* dst, Device, const void* src, Device, std::size_t 
 }
 
 }  // namespace tinyformer::cpu
-
-namespace tinyformer {
-Backend& cpu_backend() {
-  static cpu::CpuBackend backend;
-  return backend;
-}
-}  // namespace tinyformer

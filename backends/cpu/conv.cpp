@@ -211,7 +211,7 @@ T* data_or_null(const Tensor& t) {
 // x: [B, Cin, L], weight: [Cout, Cin, K], bias: [Cout] or undefined, out: [B, Cout, Lout]
 void CpuBackend::conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         std::int64_t stride, std::int64_t padding, const Tensor& out) {
-  const ConvShape s = check_conv1d_args(x, weight, bias, stride, padding, out, DeviceType::cpu);
+  const ConvShape s = check_conv1d_args(x, weight, bias, stride, padding, out, *this);
   if (out.numel() == 0) return;
   // With no input channels the sum is empty and out is the bias alone: the loop handles that
   // (oneDNN rejects zero-sized tensors).
@@ -232,7 +232,7 @@ void CpuBackend::conv1d_backward(const Tensor& grad, const Tensor& x, const Tens
                                  std::int64_t stride, std::int64_t padding, const Tensor& grad_x,
                                  const Tensor& grad_weight, const Tensor& grad_bias) {
   const ConvShape s = check_conv1d_backward_args(grad, x, weight, stride, padding, grad_x,
-                                                 grad_weight, grad_bias, DeviceType::cpu);
+                                                 grad_weight, grad_bias, *this);
   // oneDNN rejects zero-sized problems; their gradients are all zeros.
   const bool empty = s.batch == 0 || s.c_in == 0 || s.c_out == 0;
   if (x.dtype() == DType::float32 && !empty) {

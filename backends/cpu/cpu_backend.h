@@ -14,11 +14,17 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
   void memcpy(void* dst, Device dst_device, const void* src, Device src_device,
               std::size_t bytes) override;
+  DeviceType device_type() const override { return DeviceType::cpu; }
+  bool supports(Op op, DType dtype) const override;
 
 #define TF_OP(name, params, args) void name params override;
 #include "core/ops.def"
 #undef TF_OP
 };
+
+// The one CpuBackend, created on first use; registered as the primary backend of CPU tensors
+// (backends/cpu/runtime.cpp).
+CpuBackend& instance();
 
 // The caching host allocator (backends/cpu/allocator.cpp).
 Allocator& host_allocator();

@@ -185,7 +185,7 @@ T* data_or_null(const Tensor& t) {
 // x, out: [R, C]; weight, bias: [C] or undefined; mean, rstd: [R]
 void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                             const Tensor& out, const Tensor& mean, const Tensor& rstd) {
-  check_layer_norm_args(x, weight, bias, eps, out, mean, rstd, DeviceType::cpu);
+  check_layer_norm_args(x, weight, bias, eps, out, mean, rstd, *this);
   const std::int64_t rows = x.size(0), cols = x.size(1);
   if (rows == 0) return;
   if (x.dtype() == DType::float32) {
@@ -202,7 +202,7 @@ void CpuBackend::layer_norm_backward(const Tensor& grad, const Tensor& x, const 
                                      const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                                      const Tensor& grad_weight, const Tensor& grad_bias) {
   check_layer_norm_backward_args(grad, x, weight, mean, rstd, grad_x, grad_weight, grad_bias,
-                                 DeviceType::cpu);
+                                 *this);
   const std::int64_t rows = x.size(0), cols = x.size(1);
   if (cols == 0) return;
   if (x.dtype() == DType::float32) {

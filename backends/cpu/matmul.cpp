@@ -193,7 +193,7 @@ bool bf16_matmul_fast() {
 
 // a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N].
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
-  check_matmul_args(a, b, out, DeviceType::cpu);
+  check_matmul_args(a, b, out, *this);
   const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
   if (out.numel() == 0) return;
   if (k == 0) {  // an empty sum: every element is 0 (all-zero bits in IEEE float and double)

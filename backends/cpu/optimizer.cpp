@@ -33,7 +33,7 @@ void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tenso
                             double eps, double weight_decay, bool decoupled,
                             double bias_correction1, double bias_correction2) {
   check_adamw_step_args(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
-                        bias_correction1, bias_correction2, DeviceType::cpu);
+                        bias_correction1, bias_correction2, *this);
   if (param.numel() == 0) return;
   dispatch_floating(param.dtype(), "adamw_step", [&](auto tag) {
     using T = decltype(tag);

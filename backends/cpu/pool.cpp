@@ -89,7 +89,7 @@ void pool_backward(PoolKind kind, const T* g, const T* x, T* gx, std::int64_t ro
 void CpuBackend::pool1d(PoolKind kind, const Tensor& x, std::int64_t kernel, std::int64_t stride,
                         const Tensor& out) {
   const char* op = kind == PoolKind::max ? "max_pool1d" : "avg_pool1d";
-  const std::int64_t out_length = check_pool1d_args(op, x, kernel, stride, out, DeviceType::cpu);
+  const std::int64_t out_length = check_pool1d_args(op, x, kernel, stride, out, *this);
   const std::int64_t rows = x.size(0) * x.size(1), length = x.size(2);
   if (x.dtype() == DType::float32) {
     pool_forward(kind, x.data<float>(), out.data<float>(), rows, length, kernel, stride,
@@ -105,7 +105,7 @@ void CpuBackend::pool1d_backward(PoolKind kind, const Tensor& grad, const Tensor
                                  std::int64_t kernel, std::int64_t stride, const Tensor& grad_x) {
   const char* op = kind == PoolKind::max ? "max_pool1d_backward" : "avg_pool1d_backward";
   const std::int64_t out_length =
-      check_pool1d_backward_args(op, grad, x, kernel, stride, grad_x, DeviceType::cpu);
+      check_pool1d_backward_args(op, grad, x, kernel, stride, grad_x, *this);
   const std::int64_t rows = x.size(0) * x.size(1), length = x.size(2);
   if (x.dtype() == DType::float32) {
     pool_backward(kind, grad.data<float>(), x.data<float>(), grad_x.data<float>(), rows, length,

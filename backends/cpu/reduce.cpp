@@ -243,7 +243,7 @@ class Reduction {
 // x: any shape and strides; out: x's shape with every dim in `dims` set to 1.
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const Tensor& out) {
   const char* name = reduce_name(op);
-  const std::vector<bool> reduced = check_reduce_args(op, x, dims, out, DeviceType::cpu);
+  const std::vector<bool> reduced = check_reduce_args(op, x, dims, out, *this);
   if (out.numel() == 0) return;
   if (x.numel() == 0) {  // an empty reduced dim: the sum of nothing is 0, the mean NaN
     fill(out, op == ReduceOp::sum ? 0.0 : std::numeric_limits<double>::quiet_NaN());
@@ -267,7 +267,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const T
 // maximum wins ties; a NaN counts as the maximum (the first NaN wins).
 void CpuBackend::max_dim(const Tensor& x, std::int64_t dim, const Tensor& values,
                          const Tensor& indices) {
-  const std::int64_t d = check_max_dim_args(x, dim, values, indices, DeviceType::cpu);
+  const std::int64_t d = check_max_dim_args(x, dim, values, indices, *this);
   Shape kept_shape = x.shape();
   if (x.dim() > 0) kept_shape[static_cast<std::size_t>(d)] = 1;
   if (values.numel() == 0) return;

@@ -1,3 +1,4 @@
+// The CPU backend's entry in the backend registry, the dtypes its kernels take, and
 // cpu::runtime_info(): which kernels this process runs (OpenBLAS core and threading, oneDNN
 // version and ISA, OpenMP threads). Benchmarks print it, since their numbers mean little without
 // it.
@@ -88,4 +89,69 @@ std::string CpuBackend::runtime_info() {
   return cpu::runtime_info();
 }
 
+CpuBackend& instance() {
+  static CpuBackend backend;
+  return backend;
+}
+
+namespace {
+
+Backend& get_instance() {
+  return instance();
+}
+
+// The primary backend of CPU tensors, entered in the registry before main.
+const BackendRegistrar registrar({.name = "cpu",
+                                  .device = DeviceType::cpu,
+                                  .get = &get_instance,
+                                  .primary = true,
+                                  .available = nullptr});
+
+}  // namespace
+
+// The dtypes each op family's dispatch takes (the kernel files say why). Products run bfloat16
+// on oneDNN (or float32 where it has no bfloat16 kernel); the other floating kernels have no
+// bfloat16 path. adamw_step takes no bfloat16: moments kept in bfloat16 would stall, as
+// beta2 * v rounds back to v for beta2 = 0.999.
+bool CpuBackend::supports(Op op, DType dtype) const {
+  const bool f32_f64 = dtype == DType::float32 || dtype == DType::float64;
+  switch (op) {
+    case Op::fill:
+    case Op::copy:
+    case Op::random:  // normal and uniform: floating only; bernoulli: any dtype
+      return true;
+    case Op::arange:
+      return dtype != DType::boolean;
+    case Op::unary:
+    case Op::reduce:
+    case Op::max_dim:
+      return f32_f64 || dtype == DType::int64;
+    case Op::binary:  // bool for comparisons only
+    case Op::where:
+    case Op::index_select:
+      return dtype != DType::bfloat16;
+    case Op::matmul:
+      return f32_f64 || dtype == DType::bfloat16;
+    case Op::unary_backward:
+    case Op::softmax:
+    case Op::softmax_backward:
+    case Op::layer_norm:
+    case Op::layer_norm_backward:
+    case Op::nll_loss:
+    case Op::nll_loss_backward:
+    case Op::conv1d:
+    case Op::conv1d_backward:
+    case Op::pool1d:
+    case Op::pool1d_backward:
+    case Op::index_add:
+    case Op::adamw_step:
+      return f32_f64;
+  }
+  return false;
+}
+
 }  // namespace tinyformer::cpu
+
+// Named on the link line of a static build (CMakeLists.txt): nothing else refers to this file,
+// and without it the linker would leave out the registrar above and the backend with it.
+extern "C" void tinyformer_backend_cpu_registered() {}

@@ -159,7 +159,7 @@ void softmax_dnnl(const Tensor& x, bool log, const Tensor& out, const char* op) 
 // x, out: [R, C]
 void CpuBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
   const char* op = log ? "log_softmax" : "softmax";
-  check_softmax_args(op, {&x, &out}, DeviceType::cpu);
+  check_softmax_args(op, {&x, &out}, *this);
   const std::int64_t rows = x.size(0), cols = x.size(1);
   if (x.numel() == 0) return;
   if (x.dtype() == DType::float32) {
@@ -173,7 +173,7 @@ void CpuBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
 void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad, bool log,
                                   const Tensor& out) {
   const char* op = log ? "log_softmax_backward" : "softmax_backward";
-  check_softmax_args(op, {&y, &grad, &out}, DeviceType::cpu);
+  check_softmax_args(op, {&y, &grad, &out}, *this);
   const std::int64_t rows = y.size(0), cols = y.size(1);
   if (y.numel() == 0) return;
   if (y.dtype() == DType::float32) {

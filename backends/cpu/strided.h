@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/cpu_backend.h"
 #include "core/op_checks.h"
 #include "core/tensor.h"
 
@@ -81,7 +82,7 @@ void dispatch_floating(DType dtype, const char* op, F&& f) {
 // Throws unless every tensor is defined and has `out`'s shape.
 inline void check_same_shape(const char* op, const Tensor& out,
                              std::initializer_list<Tensor> inputs) {
-  tinyformer::check_same_shape(op, out, inputs, DeviceType::cpu);
+  tinyformer::check_same_shape(op, out, inputs, instance());
 }
 
 // --- the layout walk ---

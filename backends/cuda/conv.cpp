@@ -171,7 +171,7 @@ void add_bias(const Tensor& bias, const TensorDescriptor& out_desc, const Tensor
 void CudaBackend::conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          std::int64_t stride, std::int64_t padding, const Tensor& out) {
   const char* op = "conv1d";
-  const ConvShape s = check_conv1d_args(x, weight, bias, stride, padding, out, DeviceType::cuda);
+  const ConvShape s = check_conv1d_args(x, weight, bias, stride, padding, out, *this);
   check_cudnn_ints(s, op);
   TF_CHECK(out.storage() != x.storage() && out.storage() != weight.storage(), op,
            ": out shares memory with an input");
@@ -206,7 +206,7 @@ void CudaBackend::conv1d_backward(const Tensor& grad, const Tensor& x, const Ten
                                   const Tensor& grad_weight, const Tensor& grad_bias) {
   const char* op = "conv1d_backward";
   const ConvShape s = check_conv1d_backward_args(grad, x, weight, stride, padding, grad_x,
-                                                 grad_weight, grad_bias, DeviceType::cuda);
+                                                 grad_weight, grad_bias, *this);
   check_cudnn_ints(s, op);
   const DType dtype = x.dtype();
   const Device device = x.device();

@@ -30,11 +30,17 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   void memcpy(void* dst, Device dst_device, const void* src, Device src_device,
               std::size_t bytes) override;
+  DeviceType device_type() const override { return DeviceType::cuda; }
+  bool supports(Op op, DType dtype) const override;
 
 #define TF_OP(name, params, args) void name params override;
 #include "core/ops.def"
 #undef TF_OP
 };
+
+// The one CudaBackend, created on first use; registered as the primary backend of CUDA tensors
+// (backends/cuda/runtime.cpp), which makes sure a GPU is present before handing it out.
+CudaBackend& instance();
 
 // The stream, cuBLAS handle and cuDNN handle of the current device (backends/cuda/runtime.cpp),
 // created on first use. The handles are bound to stream().

@@ -27,7 +27,7 @@ namespace tinyformer::cuda {
 // Throws unless every tensor is defined, lives on the GPU and has `out`'s shape.
 inline void require_same_shape(const char* op, const Tensor& out,
                                std::initializer_list<Tensor> inputs) {
-  check_same_shape(op, out, inputs, DeviceType::cuda);
+  check_same_shape(op, out, inputs, instance());
 }
 
 // --- strided addressing inside kernels ---

@@ -273,7 +273,7 @@ T* data_or_null(const Tensor& t) {
 void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                              const Tensor& out, const Tensor& mean, const Tensor& rstd) {
   const char* op = "layer_norm";
-  check_layer_norm_args(x, weight, bias, eps, out, mean, rstd, DeviceType::cuda);
+  check_layer_norm_args(x, weight, bias, eps, out, mean, rstd, *this);
   const std::int64_t rows = x.size(0), cols = x.size(1);
   if (rows == 0) return;
   dispatch_stats(x, mean, op, [&](auto t_tag, auto s_tag) {
@@ -308,7 +308,7 @@ void CudaBackend::layer_norm_backward(const Tensor& grad, const Tensor& x, const
                                       const Tensor& grad_weight, const Tensor& grad_bias) {
   const char* op = "layer_norm_backward";
   check_layer_norm_backward_args(grad, x, weight, mean, rstd, grad_x, grad_weight, grad_bias,
-                                 DeviceType::cuda);
+                                 *this);
   const std::int64_t rows = x.size(0), cols = x.size(1);
   if (cols == 0) return;
   dispatch_stats(x, mean, op, [&](auto t_tag, auto s_tag) {

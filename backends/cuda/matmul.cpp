@@ -62,7 +62,7 @@ cublasComputeType_t compute_type(DType dtype) {
 
 // a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N].
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
-  check_matmul_args(a, b, out, DeviceType::cuda);
+  check_matmul_args(a, b, out, *this);
   const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
   if (out.numel() == 0) return;
   const std::size_t matrix_bytes = static_cast<std::size_t>(m * n) * element_size(out.dtype());

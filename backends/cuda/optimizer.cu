@@ -63,7 +63,7 @@ void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tens
                              double eps, double weight_decay, bool decoupled,
                              double bias_correction1, double bias_correction2) {
   check_adamw_step_args(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
-                        bias_correction1, bias_correction2, DeviceType::cuda);
+                        bias_correction1, bias_correction2, *this);
   const std::int64_t n = param.numel();
   if (n == 0) return;
 

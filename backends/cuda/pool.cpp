@@ -55,7 +55,7 @@ struct PoolProblem {
 void CudaBackend::pool1d(PoolKind kind, const Tensor& x, std::int64_t kernel, std::int64_t stride,
                          const Tensor& out) {
   const char* op = kind == PoolKind::max ? "max_pool1d" : "avg_pool1d";
-  const std::int64_t out_length = check_pool1d_args(op, x, kernel, stride, out, DeviceType::cuda);
+  const std::int64_t out_length = check_pool1d_args(op, x, kernel, stride, out, *this);
   TF_CHECK(out.storage() != x.storage(), op, ": out shares memory with x");
   if (out.numel() == 0) return;  // cuDNN rejects a zero-sized batch or channel count
   const PoolProblem p(kind, x, kernel, stride, out_length, op);
@@ -69,7 +69,7 @@ void CudaBackend::pool1d_backward(PoolKind kind, const Tensor& grad, const Tenso
                                   std::int64_t kernel, std::int64_t stride, const Tensor& grad_x) {
   const char* op = kind == PoolKind::max ? "max_pool1d_backward" : "avg_pool1d_backward";
   const std::int64_t out_length =
-      check_pool1d_backward_args(op, grad, x, kernel, stride, grad_x, DeviceType::cuda);
+      check_pool1d_backward_args(op, grad, x, kernel, stride, grad_x, *this);
   const DType dtype = x.dtype();
   TF_CHECK(grad_x.storage() != x.storage() && grad_x.storage() != grad.storage(), op,
            ": grad_x shares memory with an input");

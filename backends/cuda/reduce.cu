@@ -391,7 +391,7 @@ __global__ void max_dim_columns_kernel(const T* x, T* values, std::int64_t* indi
 // x: any shape and strides; out: x's shape with every dim in `dims` set to 1.
 void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const Tensor& out) {
   const char* name = reduce_name(op);
-  const std::vector<bool> reduced = check_reduce_args(op, x, dims, out, DeviceType::cuda);
+  const std::vector<bool> reduced = check_reduce_args(op, x, dims, out, *this);
   if (out.numel() == 0) return;
   if (x.numel() == 0) {  // an empty reduced dim: the sum of nothing is 0, the mean NaN
     fill(out, op == ReduceOp::sum ? 0.0 : std::numeric_limits<double>::quiet_NaN());
@@ -438,7 +438,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const 
 // maximum wins ties; a NaN counts as the maximum (the first NaN wins).
 void CudaBackend::max_dim(const Tensor& x, std::int64_t dim, const Tensor& values,
                           const Tensor& indices) {
-  const std::int64_t d = check_max_dim_args(x, dim, values, indices, DeviceType::cuda);
+  const std::int64_t d = check_max_dim_args(x, dim, values, indices, *this);
   Shape kept_shape = x.shape();
   if (x.dim() > 0) kept_shape[static_cast<std::size_t>(d)] = 1;
   if (values.numel() == 0) return;

@@ -1,6 +1,6 @@
-// The CUDA runtime state: the backend object, one stream and one cuBLAS and cuDNN handle per
-// device (created on first use), host-device copies, synchronisation, the math mode and the
-// description benchmarks print.
+// The CUDA runtime state: the backend object and its entry in the backend registry, the dtypes
+// its kernels take, one stream and one cuBLAS and cuDNN handle per device (created on first
+// use), host-device copies, synchronisation, the math mode and the description benchmarks print.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -15,21 +15,13 @@
 #include "backends/cuda/cuda_backend.h"
 
 namespace tinyformer {
+namespace cuda {
 
-Backend& cuda_backend() {
-  static cuda::CudaBackend backend;
-  if (!cuda_available()) {
-    int count = 0;
-    const cudaError_t status = cudaGetDeviceCount(&count);
-    fail("cuda: no usable GPU (",
-         status == cudaSuccess ? "no device found" : cudaGetErrorString(status),
-         "); use the CPU (--device cpu, Device::cpu())");
-  }
-  return backend;
-}
+namespace {
 
-bool cuda_available() {
-  static const bool available = [] {
+// Whether the driver reports a GPU; asked once.
+bool gpu_present() {
+  static const bool present = [] {
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess) {
@@ -38,10 +30,74 @@ bool cuda_available() {
     }
     return count > 0;
   }();
-  return available;
+  return present;
 }
 
-namespace cuda {
+// The registry's getter: the backend, or a clear Error on a machine without a GPU.
+Backend& checked_instance() {
+  if (!gpu_present()) {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    cudaGetLastError();
+    fail("cuda: no usable GPU (",
+         status == cudaSuccess ? "no device found" : cudaGetErrorString(status),
+         "); use the CPU (--device cpu, Device::cpu())");
+  }
+  return instance();
+}
+
+// The primary backend of CUDA tensors, entered in the registry before main.
+const BackendRegistrar registrar({.name = "cuda",
+                                  .device = DeviceType::cuda,
+                                  .get = &checked_instance,
+                                  .primary = true,
+                                  .available = &gpu_present});
+
+}  // namespace
+
+CudaBackend& instance() {
+  static CudaBackend backend;
+  return backend;
+}
+
+// The dtypes each op family's dispatch takes (the kernel files say why): every floating kernel
+// also runs bfloat16, computing in float32. adamw_step takes no bfloat16: moments kept in
+// bfloat16 would stall, as beta2 * v rounds back to v for beta2 = 0.999.
+bool CudaBackend::supports(Op op, DType dtype) const {
+  const bool floating = is_floating(dtype);
+  switch (op) {
+    case Op::fill:
+    case Op::copy:
+    case Op::random:  // normal and uniform: floating only; bernoulli: any dtype
+    case Op::binary:  // bool for comparisons only
+    case Op::where:
+    case Op::index_select:
+      return true;
+    case Op::arange:
+      return dtype != DType::boolean;
+    case Op::unary:
+    case Op::reduce:
+    case Op::max_dim:
+      return floating || dtype == DType::int64;
+    case Op::unary_backward:
+    case Op::matmul:
+    case Op::softmax:
+    case Op::softmax_backward:
+    case Op::layer_norm:
+    case Op::layer_norm_backward:
+    case Op::nll_loss:
+    case Op::nll_loss_backward:
+    case Op::conv1d:
+    case Op::conv1d_backward:
+    case Op::pool1d:
+    case Op::pool1d_backward:
+    case Op::index_add:
+      return floating;
+    case Op::adamw_step:
+      return dtype == DType::float32 || dtype == DType::float64;
+  }
+  return false;
+}
 
 namespace {
 
@@ -161,3 +217,7 @@ std::string CudaBackend::runtime_info() {
 
 }  // namespace cuda
 }  // namespace tinyformer
+
+// Named on the link line of a static build (CMakeLists.txt): nothing else refers to this file,
+// and without it the linker would leave out the registrar above and the backend with it.
+extern "C" void tinyformer_backend_cuda_registered() {}

@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kRowBlock)
 // x, out: [R, C]
 void CudaBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
   const char* op = log ? "log_softmax" : "softmax";
-  check_softmax_args(op, {&x, &out}, DeviceType::cuda);
+  check_softmax_args(op, {&x, &out}, *this);
   const std::int64_t rows = x.size(0), cols = x.size(1);
   if (x.numel() == 0) return;
   dispatch_floating(x.dtype(), op, [&](auto tag) {
@@ -198,7 +198,7 @@ void CudaBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
 void CudaBackend::softmax_backward(const Tensor& y, const Tensor& grad, bool log,
                                    const Tensor& out) {
   const char* op = log ? "log_softmax_backward" : "softmax_backward";
-  check_softmax_args(op, {&y, &grad, &out}, DeviceType::cuda);
+  check_softmax_args(op, {&y, &grad, &out}, *this);
   const std::int64_t rows = y.size(0), cols = y.size(1);
   if (y.numel() == 0) return;
   dispatch_floating(y.dtype(), op, [&](auto tag) {

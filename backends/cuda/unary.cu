@@ -359,7 +359,7 @@ void unary_backward_kernel(UnaryOp op, const Tensor& grad, const Tensor& x, cons
 // x, out: same shape, any strides; out = op(x).
 void CudaBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) {
   const char* name = unary_name(op);
-  check_unary_args(op, x, out, DeviceType::cuda);
+  check_unary_args(op, x, out, *this);
   dispatch<float, double, bf16, std::int64_t>(
       x.dtype(), name, [&](auto tag) { unary_kernel<decltype(tag)>(op, x, out, alpha); });
 }
@@ -368,7 +368,7 @@ void CudaBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, double a
 void CudaBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y,
                                  const Tensor& out, double alpha) {
   const char* name = unary_name(op);
-  check_unary_backward_args(op, grad, x, y, out, DeviceType::cuda);
+  check_unary_backward_args(op, grad, x, y, out, *this);
   dispatch_floating(out.dtype(), name, [&](auto tag) {
     unary_backward_kernel<decltype(tag)>(op, grad, x, y, out, alpha);
   });
