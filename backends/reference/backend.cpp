@@ -55,6 +55,45 @@ Allocator& ReferenceBackend::allocator() {
   return allocator;
 }
 
+// The dtypes the CPU backend takes, so that the two reject the same calls; where the CPU runs
+// bfloat16 (matrix products) the reference reads it too, widened to double.
+bool ReferenceBackend::supports(Op op, DType dtype) const {
+  const bool f32_f64 = dtype == DType::float32 || dtype == DType::float64;
+  switch (op) {
+    case Op::fill:
+    case Op::copy:
+    case Op::random:
+      return true;
+    case Op::arange:
+      return dtype != DType::boolean;
+    case Op::unary:
+    case Op::reduce:
+    case Op::max_dim:
+      return f32_f64 || dtype == DType::int64;
+    case Op::binary:
+    case Op::where:
+    case Op::index_select:
+      return dtype != DType::bfloat16;
+    case Op::matmul:
+      return f32_f64 || dtype == DType::bfloat16;
+    case Op::unary_backward:
+    case Op::softmax:
+    case Op::softmax_backward:
+    case Op::layer_norm:
+    case Op::layer_norm_backward:
+    case Op::nll_loss:
+    case Op::nll_loss_backward:
+    case Op::conv1d:
+    case Op::conv1d_backward:
+    case Op::pool1d:
+    case Op::pool1d_backward:
+    case Op::index_add:
+    case Op::adamw_step:
+      return f32_f64;
+  }
+  return false;
+}
+
 void ReferenceBackend::memcpy(void* dst, Device, const void* src, Device, std::size_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, bytes);
 }
@@ -66,4 +105,21 @@ Backend& reference_backend() {
   return instance;
 }
 
+namespace {
+
+// Registered under "reference" for CPU tensors, but not as their primary backend: the tests
+// and anyone curious reach it through find_backend("reference"); ops on CPU tensors go to the
+// CPU backend.
+const BackendRegistrar registrar({.name = "reference",
+                                  .device = DeviceType::cpu,
+                                  .get = &reference_backend,
+                                  .primary = false,
+                                  .available = nullptr});
+
+}  // namespace
+
 }  // namespace tinyformer
+
+// Named on the link line of a static build (CMakeLists.txt), so that the linker keeps this file
+// and the registrar above.
+extern "C" void tinyformer_backend_reference_registered() {}

@@ -18,7 +18,7 @@ namespace tinyformer::reference {
 
 void ReferenceBackend::conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                               std::int64_t stride, std::int64_t padding, const Tensor& out) {
-  const ConvShape s = check_conv1d_args(x, weight, bias, stride, padding, out, DeviceType::cpu);
+  const ConvShape s = check_conv1d_args(x, weight, bias, stride, padding, out, *this);
   for (std::int64_t b = 0; b < s.batch; ++b) {
     for (std::int64_t o = 0; o < s.c_out; ++o) {
       for (std::int64_t t = 0; t < s.out_length; ++t) {
@@ -40,7 +40,7 @@ void ReferenceBackend::conv1d_backward(const Tensor& grad, const Tensor& x, cons
                                        const Tensor& grad_x, const Tensor& grad_weight,
                                        const Tensor& grad_bias) {
   const ConvShape s = check_conv1d_backward_args(grad, x, weight, stride, padding, grad_x,
-                                                 grad_weight, grad_bias, DeviceType::cpu);
+                                                 grad_weight, grad_bias, *this);
   // Accumulate in double, then write each gradient once.
   std::vector<double> gx(static_cast<std::size_t>(s.batch * s.c_in * s.length), 0.0);
   std::vector<double> gw(static_cast<std::size_t>(s.c_out * s.c_in * s.kernel), 0.0);

@@ -18,7 +18,7 @@ void ReferenceBackend::fill(const Tensor& out, double value) {
 }
 
 void ReferenceBackend::copy(const Tensor& src, const Tensor& dst) {
-  check_same_shape("copy", dst, {src}, DeviceType::cpu);
+  check_same_shape("copy", dst, {src}, *this);
   for (std::int64_t i = 0; i < src.numel(); ++i) {
     if (src.dtype() == DType::int64 && dst.dtype() == DType::int64) {
       set_int(dst, i, get_int(src, i));  // exactly, beyond the 53 bits of a double

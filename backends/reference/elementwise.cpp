@@ -168,7 +168,7 @@ bool compare(BinaryOp op, T a, T b) {
 }  // namespace
 
 void ReferenceBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) {
-  check_unary_args(op, x, out, DeviceType::cpu);
+  check_unary_args(op, x, out, *this);
   const char* name = unary_name(op);
   if (x.dtype() == DType::int64) {
     TF_CHECK(unary_traits(op).int64, name, ": unsupported dtype int64 (expected a floating dtype)");
@@ -185,7 +185,7 @@ void ReferenceBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, dou
 
 void ReferenceBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x,
                                       const Tensor& y, const Tensor& out, double alpha) {
-  check_unary_backward_args(op, grad, x, y, out, DeviceType::cpu);
+  check_unary_backward_args(op, grad, x, y, out, *this);
   TF_CHECK(is_floating(out.dtype()), unary_name(op), " backward: unsupported dtype ", out.dtype());
   const UnaryReads reads = unary_traits(op).reads;
   for (std::int64_t i = 0; i < out.numel(); ++i) {
@@ -200,7 +200,7 @@ void ReferenceBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tens
 
 void ReferenceBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   const char* name = binary_name(op);
-  check_same_shape(name, out, {a, b}, DeviceType::cpu);
+  check_same_shape(name, out, {a, b}, *this);
   TF_CHECK(a.dtype() == b.dtype(), name, ": dtypes differ: ", a.dtype(), " and ", b.dtype());
   const bool integers = a.dtype() == DType::int64;
   if (is_comparison(op)) {
@@ -225,7 +225,7 @@ void ReferenceBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, con
 
 void ReferenceBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b,
                              const Tensor& out) {
-  check_same_shape("where", out, {cond, a, b}, DeviceType::cpu);
+  check_same_shape("where", out, {cond, a, b}, *this);
   check_dtype("where", "the condition", cond, DType::boolean);
   check_dtype("where", "a", a, out.dtype());
   check_dtype("where", "b", b, out.dtype());

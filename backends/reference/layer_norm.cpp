@@ -18,7 +18,7 @@ namespace tinyformer::reference {
 void ReferenceBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                   double eps, const Tensor& out, const Tensor& mean,
                                   const Tensor& rstd) {
-  check_layer_norm_args(x, weight, bias, eps, out, mean, rstd, DeviceType::cpu);
+  check_layer_norm_args(x, weight, bias, eps, out, mean, rstd, *this);
   const std::int64_t rows = x.size(0), cols = x.size(1);
   for (std::int64_t r = 0; r < rows; ++r) {
     double mu = 0.0;
@@ -43,7 +43,7 @@ void ReferenceBackend::layer_norm_backward(const Tensor& grad, const Tensor& x,
                                            const Tensor& rstd, const Tensor& grad_x,
                                            const Tensor& grad_weight, const Tensor& grad_bias) {
   check_layer_norm_backward_args(grad, x, weight, mean, rstd, grad_x, grad_weight, grad_bias,
-                                 DeviceType::cpu);
+                                 *this);
   const std::int64_t rows = x.size(0), cols = x.size(1);
   std::vector<double> sum_weight(static_cast<std::size_t>(cols), 0.0);
   std::vector<double> sum_bias(static_cast<std::size_t>(cols), 0.0);

@@ -10,7 +10,7 @@
 namespace tinyformer::reference {
 
 void ReferenceBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
-  check_matmul_args(a, b, out, DeviceType::cpu);
+  check_matmul_args(a, b, out, *this);
   const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
   for (std::int64_t p = 0; p < batch; ++p) {
     // A batch of one in a or b is used for every batch of out.

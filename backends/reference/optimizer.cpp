@@ -16,7 +16,7 @@ void ReferenceBackend::adamw_step(const Tensor& param, const Tensor& grad, const
                                   double eps, double weight_decay, bool decoupled,
                                   double bias_correction1, double bias_correction2) {
   check_adamw_step_args(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
-                        bias_correction1, bias_correction2, DeviceType::cpu);
+                        bias_correction1, bias_correction2, *this);
   for (std::int64_t i = 0; i < param.numel(); ++i) {
     double p = get(param, i), g = get(grad, i), m = get(exp_avg, i), v = get(exp_avg_sq, i);
     if (decoupled) {

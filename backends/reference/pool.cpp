@@ -31,7 +31,7 @@ std::int64_t first_max(const Tensor& x, std::int64_t b, std::int64_t c, std::int
 void ReferenceBackend::pool1d(PoolKind kind, const Tensor& x, std::int64_t kernel,
                               std::int64_t stride, const Tensor& out) {
   const char* op = kind == PoolKind::max ? "max_pool1d" : "avg_pool1d";
-  const std::int64_t out_length = check_pool1d_args(op, x, kernel, stride, out, DeviceType::cpu);
+  const std::int64_t out_length = check_pool1d_args(op, x, kernel, stride, out, *this);
   for (std::int64_t b = 0; b < x.size(0); ++b) {
     for (std::int64_t c = 0; c < x.size(1); ++c) {
       for (std::int64_t t = 0; t < out_length; ++t) {
@@ -54,7 +54,7 @@ void ReferenceBackend::pool1d_backward(PoolKind kind, const Tensor& grad, const 
                                        const Tensor& grad_x) {
   const char* op = kind == PoolKind::max ? "max_pool1d_backward" : "avg_pool1d_backward";
   const std::int64_t out_length =
-      check_pool1d_backward_args(op, grad, x, kernel, stride, grad_x, DeviceType::cpu);
+      check_pool1d_backward_args(op, grad, x, kernel, stride, grad_x, *this);
   const std::int64_t length = x.size(2);
   for (std::int64_t b = 0; b < x.size(0); ++b) {
     for (std::int64_t c = 0; c < x.size(1); ++c) {

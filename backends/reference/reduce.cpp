@@ -17,7 +17,7 @@
 namespace tinyformer::reference {
 
 void ReferenceBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const Tensor& out) {
-  const std::vector<bool> reduced = check_reduce_args(op, x, dims, out, DeviceType::cpu);
+  const std::vector<bool> reduced = check_reduce_args(op, x, dims, out, *this);
   TF_CHECK(x.dtype() != DType::boolean, reduce_name(op), ": unsupported dtype bool");
   const bool integers = x.dtype() == DType::int64;
   const std::int64_t n = out.numel();
@@ -69,7 +69,7 @@ void ReferenceBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, c
 
 void ReferenceBackend::max_dim(const Tensor& x, std::int64_t dim, const Tensor& values,
                                const Tensor& indices) {
-  const std::int64_t d = check_max_dim_args(x, dim, values, indices, DeviceType::cpu);
+  const std::int64_t d = check_max_dim_args(x, dim, values, indices, *this);
   if (values.numel() == 0) return;
   const std::int64_t n = x.dim() > 0 ? x.size(d) : 1;
   TF_CHECK(n > 0, "max_dim: cannot take the maximum over an empty dim of shape ",

@@ -16,6 +16,8 @@ namespace reference {
 class ReferenceBackend final : public Backend {
  public:
   const char* name() const override { return "reference"; }
+  DeviceType device_type() const override { return DeviceType::cpu; }
+  bool supports(Op op, DType dtype) const override;
   std::string runtime_info() override;
   Allocator& allocator() override;
   void synchronize() override {}

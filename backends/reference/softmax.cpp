@@ -15,7 +15,7 @@
 namespace tinyformer::reference {
 
 void ReferenceBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
-  check_softmax_args(log ? "log_softmax" : "softmax", {&x, &out}, DeviceType::cpu);
+  check_softmax_args(log ? "log_softmax" : "softmax", {&x, &out}, *this);
   const std::int64_t rows = x.size(0), cols = x.size(1);
   for (std::int64_t r = 0; r < rows; ++r) {
     double m = -std::numeric_limits<double>::infinity();
@@ -31,8 +31,7 @@ void ReferenceBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
 
 void ReferenceBackend::softmax_backward(const Tensor& y, const Tensor& grad, bool log,
                                         const Tensor& out) {
-  check_softmax_args(log ? "log_softmax_backward" : "softmax_backward", {&y, &grad, &out},
-                     DeviceType::cpu);
+  check_softmax_args(log ? "log_softmax_backward" : "softmax_backward", {&y, &grad, &out}, *this);
   const std::int64_t rows = y.size(0), cols = y.size(1);
   for (std::int64_t r = 0; r < rows; ++r) {
     double dot = 0.0;  // sum_j g y (softmax) or sum_j g (log_softmax)

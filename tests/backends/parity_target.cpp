@@ -6,7 +6,7 @@ namespace tinyformer::parity {
 const Target& target() {
   static const Target cpu = {
       .name = "CPU",
-      .backend = []() -> Backend& { return cpu_backend(); },
+      .backend = []() -> Backend& { return backend(Device::cpu()); },
       .device = Device::cpu(),
       .usable = [] { return true; },
       .dtypes = {DType::float32, DType::float64, DType::int64, DType::boolean},

@@ -152,7 +152,7 @@ TEST_CASE("reference: nll_loss, conv1d, pooling, indexing, adamw_step, random, c
   for (RandomKind kind : {RandomKind::normal, RandomKind::uniform, RandomKind::bernoulli}) {
     Tensor r = empty({37}), c_draw = empty({37});
     ref().random(r, kind, 5, 3, 0.25, 1.0);
-    cpu_backend().random(c_draw, kind, 5, 3, 0.25, 1.0);
+    backend(Device::cpu()).random(c_draw, kind, 5, 3, 0.25, 1.0);
     CHECK(r.to_vector<float>() == c_draw.to_vector<float>());
   }
 

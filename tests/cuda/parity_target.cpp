@@ -7,7 +7,7 @@ namespace tinyformer::parity {
 const Target& target() {
   static const Target cuda = {
       .name = "CUDA",
-      .backend = []() -> Backend& { return cuda_backend(); },
+      .backend = []() -> Backend& { return backend(Device::cuda()); },
       .device = Device::cuda(),
       .usable = [] { return cuda_available(); },
       .dtypes = {DType::float32, DType::float64, DType::int64, DType::boolean, DType::bfloat16},
