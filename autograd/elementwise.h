@@ -18,8 +18,8 @@ Tensor unary(UnaryOp op, const Tensor& x, double alpha = 0.0);
 
 // One function per row of core/elementwise.def, named after it: neg(x), exp(x), log(x),
 // sqrt(x), rsqrt(x), abs(x), tanh(x), sigmoid(x), relu(x), gelu(x) (exact), gelu_tanh(x), ...
-// A row whose public function takes a parameter is listed in TF_UNARY_BY_HAND below and
-// declared by hand instead.
+// A row whose public function takes a parameter has a TF_UNARY_BY_HAND_<row> line here and is
+// declared by hand below (pow_scalar: pow(x, exponent)).
 #define TF_UNARY_BY_HAND_pow_scalar ~,
 #define TF_UNARY_SECOND(a, b, ...) b
 #define TF_UNARY_SECOND_OF(...) TF_UNARY_SECOND(__VA_ARGS__)

@@ -171,9 +171,8 @@ TEST_CASE("cuda parity: unary on large and misaligned contiguous inputs") {
 // grad and the saved tensor (x or y, whichever the op reads) in `layout`; out is contiguous.
 void check_unary_backward(UnaryOp op, double alpha, const Shape& shape, DType dtype, Layout layout,
                           std::uint64_t seed) {
-  const bool reads_x = op == UnaryOp::log || op == UnaryOp::abs || op == UnaryOp::gelu ||
-                       op == UnaryOp::gelu_tanh || op == UnaryOp::pow_scalar;
-  const bool reads_y = !reads_x && op != UnaryOp::neg;
+  const bool reads_x = unary_traits(op).reads == UnaryReads::x;
+  const bool reads_y = unary_traits(op).reads == UnaryReads::y;
   // y = sqrt(x) is divided by: keep it away from 0.
   const auto [lo, hi] = reads_x               ? unary_range(op, alpha)
                         : op == UnaryOp::sqrt ? std::pair{0.2, 3.0}
