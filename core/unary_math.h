@@ -120,6 +120,17 @@ struct UnaryMath<UnaryOp::gelu_tanh, T> {
   }
 };
 
+// SiLU (swish): x sigmoid(x).
+template <typename T>
+struct UnaryMath<UnaryOp::silu, T> {
+  TF_HOST_DEVICE T forward(T x) const { return x * math::sigmoid(x); }
+  // s + x s (1 - s) = s (1 + x (1 - s)), s = sigmoid(x)
+  TF_HOST_DEVICE T derivative(T g, T x) const {
+    const T s = math::sigmoid(x);
+    return g * s * (T(1) + x * (T(1) - s));
+  }
+};
+
 // x^alpha. The common exponents skip pow(), which is many times slower than a multiply; the
 // results can differ from pow() in the last bit, so every device takes the same branch: the
 // one visit() picks once per call, outside the loop.

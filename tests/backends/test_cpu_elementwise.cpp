@@ -247,6 +247,8 @@ double ref_unary(UnaryOp op, double x, double a) {
       return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
     case UnaryOp::gelu_tanh:
       return 0.5 * x * (1 + std::tanh(kSqrt2OverPi * (x + kGeluC * x * x * x)));
+    case UnaryOp::silu:
+      return x / (1 + std::exp(-x));
     case UnaryOp::pow_scalar:
       return std::pow(x, a);
   }
@@ -282,6 +284,10 @@ double ref_derivative(UnaryOp op, double x, double a) {
     case UnaryOp::gelu_tanh: {
       const double t = std::tanh(kSqrt2OverPi * (x + kGeluC * x * x * x));
       return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kSqrt2OverPi * (1 + 3 * kGeluC * x * x);
+    }
+    case UnaryOp::silu: {
+      const double s = 1 / (1 + std::exp(-x));
+      return s + x * s * (1 - s);
     }
     case UnaryOp::pow_scalar:
       return a == 0 ? 0 : a * std::pow(x, a - 1);
@@ -481,10 +487,10 @@ TEST_CASE("cpu random: element i depends only on (seed, offset + i)") {
 // --- unary ---
 
 namespace {
-constexpr UnaryOp kUnaryOps[] = {UnaryOp::neg,  UnaryOp::exp,       UnaryOp::log,
-                                 UnaryOp::sqrt, UnaryOp::rsqrt,     UnaryOp::abs,
-                                 UnaryOp::tanh, UnaryOp::sigmoid,   UnaryOp::relu,
-                                 UnaryOp::gelu, UnaryOp::gelu_tanh, UnaryOp::pow_scalar};
+constexpr UnaryOp kUnaryOps[] = {
+    UnaryOp::neg,       UnaryOp::exp,  UnaryOp::log,       UnaryOp::sqrt, UnaryOp::rsqrt,
+    UnaryOp::abs,       UnaryOp::tanh, UnaryOp::sigmoid,   UnaryOp::relu, UnaryOp::gelu,
+    UnaryOp::gelu_tanh, UnaryOp::silu, UnaryOp::pow_scalar};
 
 bool needs_positive(UnaryOp op, double alpha) {
   return op == UnaryOp::log || op == UnaryOp::sqrt || op == UnaryOp::rsqrt ||

@@ -32,10 +32,10 @@ constexpr std::array kLayouts = {Layout::contiguous, Layout::transposed, Layout:
 // One element, sizes below a warp, and counts that are no multiple of a block or of a vector.
 const std::vector<Shape> kShapes = {{1, 1}, {7, 33}, {33, 1031}, {3, 5, 7}};
 
-constexpr std::array kUnaryOps = {UnaryOp::neg,  UnaryOp::exp,       UnaryOp::log,
-                                  UnaryOp::sqrt, UnaryOp::rsqrt,     UnaryOp::abs,
-                                  UnaryOp::tanh, UnaryOp::sigmoid,   UnaryOp::relu,
-                                  UnaryOp::gelu, UnaryOp::gelu_tanh, UnaryOp::pow_scalar};
+constexpr std::array kUnaryOps = {
+    UnaryOp::neg,       UnaryOp::exp,  UnaryOp::log,       UnaryOp::sqrt, UnaryOp::rsqrt,
+    UnaryOp::abs,       UnaryOp::tanh, UnaryOp::sigmoid,   UnaryOp::relu, UnaryOp::gelu,
+    UnaryOp::gelu_tanh, UnaryOp::silu, UnaryOp::pow_scalar};
 constexpr std::array kArithmetic = {BinaryOp::add, BinaryOp::sub,     BinaryOp::mul,
                                     BinaryOp::div, BinaryOp::maximum, BinaryOp::minimum};
 constexpr std::array kComparisons = {BinaryOp::eq, BinaryOp::ne, BinaryOp::lt,
