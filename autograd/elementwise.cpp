@@ -51,7 +51,10 @@ Tensor unary_raw(UnaryOp op, const Tensor& x, double alpha) {
   return out;
 }
 
-Tensor unary(UnaryOp op, const Tensor& x, double alpha = 0.0) {
+}  // namespace
+
+// y = op(x); the backward multiplies g by op'(x) (core/unary_math.h, in the backend).
+Tensor unary(UnaryOp op, const Tensor& x, double alpha) {
   Tensor y = unary_raw(op, x, alpha);
   // Save only what the derivative reads, so the graph holds no more memory than it must.
   const UnaryReads reads = unary_traits(op).reads;
@@ -63,8 +66,6 @@ Tensor unary(UnaryOp op, const Tensor& x, double alpha = 0.0) {
     return std::vector<Tensor>{gx};
   });
 }
-
-}  // namespace
 
 // d(a + b) = (g, g)
 Tensor add(const Tensor& a, const Tensor& b) {
@@ -138,33 +139,12 @@ Tensor ge(const Tensor& a, const Tensor& b) {
   return binary_raw(BinaryOp::ge, a, b);
 }
 
-Tensor neg(const Tensor& x) {
-  return unary(UnaryOp::neg, x);
-}
-Tensor exp(const Tensor& x) {
-  return unary(UnaryOp::exp, x);
-}
-Tensor log(const Tensor& x) {
-  return unary(UnaryOp::log, x);
-}
-Tensor sqrt(const Tensor& x) {
-  return unary(UnaryOp::sqrt, x);
-}
-Tensor rsqrt(const Tensor& x) {
-  return unary(UnaryOp::rsqrt, x);
-}
-Tensor abs(const Tensor& x) {
-  return unary(UnaryOp::abs, x);
-}
-Tensor tanh(const Tensor& x) {
-  return unary(UnaryOp::tanh, x);
-}
-Tensor sigmoid(const Tensor& x) {
-  return unary(UnaryOp::sigmoid, x);
-}
-Tensor relu(const Tensor& x) {
-  return unary(UnaryOp::relu, x);
-}
+// neg(x), exp(x), ...: one per row of core/elementwise.def (see autograd/elementwise.h).
+#define TF_UNARY(name, reads, domain, int64) \
+  TF_UNARY_UNLESS_BY_HAND(                   \
+      name, Tensor name(const Tensor& x) { return unary(UnaryOp::name, x); })
+#include "core/elementwise.def"
+
 Tensor pow(const Tensor& x, double exponent) {
   return unary(UnaryOp::pow_scalar, x, exponent);
 }

@@ -1,6 +1,7 @@
 // Elementwise ops with NumPy broadcasting, and the arithmetic operators on tensors.
 #pragma once
 
+#include "core/ops.h"
 #include "core/tensor.h"
 
 namespace tinyformer {
@@ -12,19 +13,29 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);  // the gradient goes to a where a >= b
 Tensor minimum(const Tensor& a, const Tensor& b);  // the gradient goes to a where a <= b
 
-Tensor neg(const Tensor& x);
+// Any unary op of core/elementwise.def, differentiable; alpha is pow_scalar's exponent.
+Tensor unary(UnaryOp op, const Tensor& x, double alpha = 0.0);
+
+// One function per row of core/elementwise.def, named after it: neg(x), exp(x), log(x),
+// sqrt(x), rsqrt(x), abs(x), tanh(x), sigmoid(x), relu(x), gelu(x) (exact), gelu_tanh(x), ...
+// A row whose public function takes a parameter has a TF_UNARY_BY_HAND_<row> line here and is
+// declared by hand below (pow_scalar: pow(x, exponent)).
+#define TF_UNARY_BY_HAND_pow_scalar ~,
+#define TF_UNARY_SECOND(a, b, ...) b
+#define TF_UNARY_SECOND_OF(...) TF_UNARY_SECOND(__VA_ARGS__)
+// `declaration` unless TF_UNARY_BY_HAND_<name> is defined (as "~,", which shifts it out).
+#define TF_UNARY_UNLESS_BY_HAND(name, declaration) \
+  TF_UNARY_SECOND_OF(TF_UNARY_BY_HAND_##name, declaration, ~)
+#define TF_UNARY(name, reads, domain, int64) \
+  TF_UNARY_UNLESS_BY_HAND(name, Tensor name(const Tensor& x);)
+#include "core/elementwise.def"
+
+// pow_scalar: x^exponent.
 Tensor pow(const Tensor& x, double exponent);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);
 enum class GeluApproximation { none, tanh };
-// none: x * Phi(x) (exact, with erf); tanh: the tanh approximation of Hendrycks & Gimpel.
-Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::none);
+// none: x * Phi(x) (exact, with erf), as gelu(x); tanh: the tanh approximation of Hendrycks &
+// Gimpel, as gelu_tanh(x).
+Tensor gelu(const Tensor& x, GeluApproximation approximate);
 
 // Comparisons give boolean tensors and have no gradient.
 Tensor eq(const Tensor& a, const Tensor& b);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "autograd/ops.h"
+#include "core/unary_math.h"
 #include "nn/init.h"
 
 namespace tinyformer::nn {
@@ -39,33 +40,21 @@ std::string Linear::extra_repr() const {
 }
 
 Tensor activate(const Tensor& x, Activation activation) {
-  switch (activation) {
-    case Activation::relu:
-      return relu(x);
-    case Activation::gelu:
-      return gelu(x);
-    case Activation::gelu_tanh:
-      return gelu(x, GeluApproximation::tanh);
-  }
-  fail("activate: unknown activation ", static_cast<int>(activation));
+  TF_CHECK(!takes_alpha(activation), "activate: ", unary_name(activation),
+           " takes a parameter and is not an activation");
+  return unary(activation, x);
 }
 
 const char* activation_name(Activation activation) {
-  switch (activation) {
-    case Activation::relu:
-      return "relu";
-    case Activation::gelu:
-      return "gelu";
-    case Activation::gelu_tanh:
-      return "gelu_tanh";
-  }
-  return "unknown";
+  return unary_name(activation);
 }
 
 FeedForward::FeedForward(std::int64_t d_model, std::int64_t d_ff, Activation activation,
                          double dropout)
     : activation_(activation), dropout_(dropout) {
   TF_CHECK(dropout >= 0 && dropout < 1, "FeedForward: expected dropout in [0, 1), got ", dropout);
+  TF_CHECK(!takes_alpha(activation), "FeedForward: ", unary_name(activation),
+           " takes a parameter and is not an activation");
   fc1 = register_module("fc1", std::make_shared<Linear>(d_model, d_ff));
   fc2 = register_module("fc2", std::make_shared<Linear>(d_ff, d_model));
 }

@@ -24,7 +24,10 @@ class Linear : public Module {
   std::int64_t in_, out_;
 };
 
-enum class Activation { relu, gelu, gelu_tanh };
+// The activation of a FeedForward: any unary row of core/elementwise.def without a parameter
+// (Activation::relu, ::gelu, ::gelu_tanh, ::tanh, ...), so a new row is an activation at once.
+using Activation = UnaryOp;
+// Throws Error for a row that takes a parameter (pow_scalar).
 Tensor activate(const Tensor& x, Activation activation);
 const char* activation_name(Activation activation);
 

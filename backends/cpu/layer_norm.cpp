@@ -24,6 +24,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
 #include "core/error.h"
+#include "core/math.h"
 #include "core/op_checks.h"
 
 namespace tinyformer::cpu {
@@ -51,7 +52,7 @@ void layer_norm_rows(const T* x, const T* w, const T* b, T eps, T* y, T* mean_ou
     T sq = 0;
 #pragma omp simd reduction(+ : sq)
     for (std::int64_t c = 0; c < cols; ++c) sq += (xr[c] - mean) * (xr[c] - mean);
-    const T rstd = T(1) / std::sqrt(sq / static_cast<T>(cols) + eps);
+    const T rstd = math::layer_norm_rstd(sq, static_cast<T>(cols), eps);
     mean_out[r] = mean;
     rstd_out[r] = rstd;
     if (w != nullptr && b != nullptr) {
@@ -120,7 +121,9 @@ void layer_norm_backward_rows(const T* g, const T* x, const T* w, const T* mean,
       const T a = sum_gy / static_cast<T>(cols), bq = sum_gy_xhat / static_cast<T>(cols);
       T* dr = dx + r * cols;
 #pragma omp simd
-      for (std::int64_t c = 0; c < cols; ++c) dr[c] = s * (gy[c] - a - (xr[c] - m) * s * bq);
+      for (std::int64_t c = 0; c < cols; ++c) {
+        dr[c] = math::layer_norm_dx(gy[c], (xr[c] - m) * s, a, bq, s);
+      }
     }
   }
   if (!columns) return;
@@ -171,7 +174,7 @@ void layer_norm_dnnl(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   dnnl_execute(p, std::move(args), op, rows * cols);
   float* r = rstd.data<float>();
 #pragma omp simd
-  for (std::int64_t i = 0; i < rows; ++i) r[i] = 1.0f / std::sqrt(r[i] + eps);
+  for (std::int64_t i = 0; i < rows; ++i) r[i] = math::layer_norm_rstd(r[i], 1.0f, eps);
 }
 
 // The data of an optional tensor (weight, bias, a gradient that may not be wanted), or null.

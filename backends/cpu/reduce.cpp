@@ -22,6 +22,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/strided.h"
+#include "core/math.h"
 #include "core/op_checks.h"
 
 namespace tinyformer::cpu {
@@ -32,15 +33,6 @@ constexpr std::int64_t kLanes = 16;          // independent partial results in a
 constexpr std::int64_t kTile = 256;          // outputs per work item in the outer order
 constexpr std::int64_t kBlockElems = 16384;  // elements per block of a split reduction
 constexpr std::int64_t kFewItems = 32;       // fewer work items than this: split long ones
-
-template <typename T>
-bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return v != v;
-  } else {
-    return false;
-  }
-}
 
 // Each reduction: its accumulator type, identity, step (acc with one more value) and combine
 // (two partial results).
@@ -80,7 +72,7 @@ struct ExtremumOp {
   }
   template <typename A, typename T>
   static A step(A acc, T v) {
-    return (kMax ? v > acc : v < acc) || is_nan(v) ? v : acc;
+    return (kMax ? v > acc : v < acc) || math::is_nan(v) ? v : acc;
   }
   template <typename A>
   static A combine(A a, A b) {
@@ -290,9 +282,9 @@ void CpuBackend::max_dim(const Tensor& x, std::int64_t dim, const Tensor& values
               const T* p = px + at[0] + j * kept.inner_stride(0);
               T best = p[0];
               std::int64_t arg = 0;
-              for (std::int64_t i = 1; i < n && !is_nan(best); ++i) {
+              for (std::int64_t i = 1; i < n && !math::is_nan(best); ++i) {
                 const T v = p[i * step];
-                if (v > best || is_nan(v)) {
+                if (v > best || math::is_nan(v)) {
                   best = v;
                   arg = i;
                 }

@@ -16,7 +16,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -24,40 +23,12 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
 #include "core/error.h"
+#include "core/math.h"
 #include "core/op_checks.h"
 
 namespace tinyformer::cpu {
 
 namespace {
-
-// exp(x) for float in a form the compiler vectorizes: x = n ln2 + r with |r| <= ln2 / 2, exp(r)
-// from a degree-6 polynomial (Cephes' expf coefficients, about 1 ulp), 2^n built in the exponent
-// bits. x is clamped to [-88, 88.72]: at -88, n = -127 makes the exponent bits 0, so exp(-inf)
-// (a masked logit) is exactly 0; at the top, n = 128 gives +inf. A NaN stays NaN.
-// Only branch-free selects appear: a conditional multiply would keep GCC from vectorizing.
-inline float exp_poly(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  constexpr float kMin = -88.0f, kMax = 88.7228391f;
-  float xc = x < kMin ? kMin : x;
-  xc = xc > kMax ? kMax : xc;
-  // Round to nearest by adding and subtracting 1.5 * 2^23 (std::nearbyint and std::floor
-  // compile to library calls here, which stop vectorization).
-  constexpr float kRound = 12582912.0f;
-  const float n = (xc * kLog2e + kRound) - kRound;
-  const float r = xc - n * kLn2Hi - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
-}
-inline double exp_poly(double x) {
-  return std::exp(x);  // float64 is for gradient checks: exactness over speed
-}
 
 // Below this many elements the rows stay on the calling thread (waking the team costs more).
 constexpr std::int64_t kParallelElements = 1 << 15;
@@ -88,14 +59,14 @@ void softmax_rows(const T* x, T* y, std::int64_t rows, std::int64_t cols, bool l
     T sum = 0;
     if (log) {
 #pragma omp simd reduction(+ : sum)
-      for (std::int64_t i = 0; i < cols; ++i) sum += exp_poly(xr[i] - m);
-      const T shift = m + std::log(sum);
+      for (std::int64_t i = 0; i < cols; ++i) sum += math::exp(xr[i] - m);
+      const T shift = m + math::log(sum);
 #pragma omp simd
       for (std::int64_t i = 0; i < cols; ++i) yr[i] = xr[i] - shift;
     } else {
 #pragma omp simd reduction(+ : sum)
       for (std::int64_t i = 0; i < cols; ++i) {
-        yr[i] = exp_poly(xr[i] - m);
+        yr[i] = math::exp(xr[i] - m);
         sum += yr[i];
       }
       const T inv = T(1) / sum;
@@ -120,7 +91,7 @@ void softmax_backward_rows(const T* y, const T* g, T* dx, std::int64_t rows, std
 #pragma omp simd reduction(+ : dot)
       for (std::int64_t i = 0; i < cols; ++i) dot += gr[i];
 #pragma omp simd
-      for (std::int64_t i = 0; i < cols; ++i) dr[i] = gr[i] - exp_poly(yr[i]) * dot;
+      for (std::int64_t i = 0; i < cols; ++i) dr[i] = gr[i] - math::exp(yr[i]) * dot;
     } else {
 #pragma omp simd reduction(+ : dot)
       for (std::int64_t i = 0; i < cols; ++i) dot += gr[i] * yr[i];

@@ -22,6 +22,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/op_checks.h"
+#include "core/strided_layout.h"
 #include "core/tensor.h"
 
 namespace tinyformer::cpu {
@@ -87,28 +88,8 @@ inline void check_same_shape(const char* op, const Tensor& out,
 
 // --- the layout walk ---
 
-// The common shape of up to kMaxOperands operands and each one's strides (in elements), after
-// coalescing. `sizes` is never empty (a 0-dim tensor becomes one dim of size 1).
-struct StridedLayout {
-  static constexpr std::size_t kMaxOperands = 4;
-  Shape sizes;                 // outermost first
-  std::vector<Shape> strides;  // strides[k][d]: operand k along dim d
-
-  std::int64_t inner_stride(std::size_t k) const { return strides[k].back(); }
-  // One dim walked with unit stride by every operand: the whole loop is over plain pointers.
-  bool contiguous() const;
-  // Some operand steps through memory more finely along the second-innermost dim than along
-  // the innermost one (a transposed view): row by row, it would touch a new cache line at
-  // every element.
-  bool transposing() const;
-};
-
-// Drops size-1 dims and merges dim d into the dim outside it wherever every operand has
-// stride[outer] == stride[d] * size[d].
-StridedLayout coalesce(const Shape& shape, std::initializer_list<const Shape*> strides);
-
-// Operand k's element offset of the element at row-major position `index` of the layout.
-std::int64_t element_offset(const StridedLayout& layout, std::int64_t index, std::size_t k);
+// The layout walk starts from core's coalesce() (core/strided_layout.h), the same dim merging
+// the CUDA backend's addressing uses.
 
 // Calls row(offsets, len) for every run of the innermost dim that meets the row-major element
 // range [begin, end): offsets[k] is operand k's element offset of the run's first element, and

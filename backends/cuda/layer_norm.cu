@@ -14,18 +14,12 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/strided.cuh"
+#include "core/math.h"
 #include "core/op_checks.h"
 
 namespace tinyformer::cuda {
 
 namespace {
-
-__device__ inline float rsqrt_of(float v) {
-  return 1.0f / sqrtf(v);
-}
-__device__ inline double rsqrt_of(double v) {
-  return 1.0 / ::sqrt(v);
-}
 
 // The weight at column c, or 1 without a weight; the bias, or 0.
 template <typename T>
@@ -68,7 +62,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     for (int k = 0; k < kItems; ++k) {
       if (lane + 32 * k < cols) sq += (v[k] - mean) * (v[k] - mean);
     }
-    const A rstd = rsqrt_of(warp_sum(sq) / static_cast<A>(cols) + eps);
+    const A rstd = math::layer_norm_rstd(warp_sum(sq), static_cast<A>(cols), eps);
     if (lane == 0) {
       mean_out[r] = from_acc<S>(mean);
       rstd_out[r] = from_acc<S>(rstd);
@@ -102,7 +96,7 @@ __global__ void __launch_bounds__(kRowBlock)
       const A d = to_acc(xr[c]) - mean;
       sq += d * d;
     }
-    const A rstd = rsqrt_of(block_sum(sq, scratch) / static_cast<A>(cols) + eps);
+    const A rstd = math::layer_norm_rstd(block_sum(sq, scratch), static_cast<A>(cols), eps);
     if (threadIdx.x == 0) {
       mean_out[r] = from_acc<S>(mean);
       rstd_out[r] = from_acc<S>(rstd);
@@ -145,7 +139,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int c = lane + 32 * k;
-      if (c < cols) dr[c] = from_acc<T>(s * (gy[k] - a - xhat[k] * bq));
+      if (c < cols) dr[c] = from_acc<T>(math::layer_norm_dx(gy[k], xhat[k], a, bq, s));
     }
   }
 }
@@ -173,7 +167,7 @@ __global__ void __launch_bounds__(kRowBlock)
     T* dr = dx + r * cols;
     for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       const A gy = to_acc(gr[c]) * weight_at(w, c);
-      dr[c] = from_acc<T>(s * (gy - a - (to_acc(xr[c]) - m) * s * bq));
+      dr[c] = from_acc<T>(math::layer_norm_dx(gy, (to_acc(xr[c]) - m) * s, a, bq, s));
     }
   }
 }

@@ -24,6 +24,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/strided.cuh"
+#include "core/math.h"
 #include "core/op_checks.h"
 
 namespace tinyformer::cuda {
@@ -36,15 +37,6 @@ constexpr std::int64_t kColumnChunk = 256;    // the fewest rows per block of a 
 constexpr std::int64_t kTargetBlocks = 1024;  // enough blocks to fill a GPU several times over
 constexpr int kColumns = 32;                  // outputs per column block (its x dimension)
 constexpr int kColumnRows = 8;                // warps per column block (its y dimension)
-
-template <typename A>
-__host__ __device__ inline bool is_nan(A v) {
-  if constexpr (std::is_floating_point_v<A>) {
-    return v != v;
-  } else {
-    return false;
-  }
-}
 
 // --- the reductions: accumulator type, identity, step (one more value), combine ---
 
@@ -76,7 +68,7 @@ struct ExtremumOp {
     }
   }
   __device__ static Acc combine(Acc acc, Acc v) {
-    return (kMax ? v > acc : v < acc) || is_nan(v) ? v : acc;
+    return (kMax ? v > acc : v < acc) || math::is_nan(v) ? v : acc;
   }
   __device__ static Acc step(Acc acc, T v) { return combine(acc, to_acc(v)); }
 };
@@ -94,32 +86,6 @@ struct ReduceLayout {
   bool narrow = true;  // every index fits in 32 bits (see offset_of)
   bool mean = false;   // divide the sum by n_red
 };
-
-// The addressing of the view with these sizes and strides: size-1 dims dropped, dims that
-// address memory as one longer dim merged (as strided_index does for a tensor).
-StridedIndex make_index(const Shape& sizes, const Shape& strides, const char* op) {
-  StridedIndex index;
-  std::vector<std::int64_t> merged_sizes, merged_strides;  // innermost first
-  for (std::size_t k = sizes.size(); k-- > 0;) {
-    if (sizes[k] == 1) continue;
-    if (!merged_sizes.empty() && strides[k] == merged_strides.back() * merged_sizes.back()) {
-      merged_sizes.back() *= sizes[k];
-      continue;
-    }
-    merged_sizes.push_back(sizes[k]);
-    merged_strides.push_back(strides[k]);
-  }
-  const auto dims = static_cast<int>(merged_sizes.size());
-  TF_CHECK(dims <= kMaxDims, op, ": the CUDA backend addresses views of at most ", kMaxDims,
-           " non-mergeable dims, got ", dims, " for sizes ", shape_str(sizes), " and strides ",
-           shape_str(strides));
-  index.dims = dims;
-  for (int i = 0; i < dims; ++i) {  // StridedIndex keeps the outermost dim first
-    index.sizes[i] = merged_sizes[static_cast<std::size_t>(dims - 1 - i)];
-    index.strides[i] = merged_strides[static_cast<std::size_t>(dims - 1 - i)];
-  }
-  return index;
-}
 
 // Dims of `index` that are one run of unit stride (the innermost dim has stride 1).
 bool unit_inner(const StridedIndex& index) {
@@ -323,7 +289,7 @@ template <typename A>
 __device__ inline bool beats(A b, std::int64_t a, A best, std::int64_t arg) {
   if (a < 0) return false;
   if (arg < 0) return true;
-  const bool nan_b = is_nan(b), nan_best = is_nan(best);
+  const bool nan_b = math::is_nan(b), nan_best = math::is_nan(best);
   if (nan_b || nan_best) return nan_b && (!nan_best || a < arg);
   return b > best || (b == best && a < arg);
 }
@@ -340,9 +306,9 @@ __global__ void max_dim_rows_kernel(const T* x, T* values, std::int64_t* indices
     const T* p = x + offset_of(l.kept, o, l.narrow);
     A best = A(0);
     std::int64_t arg = -1;
-    for (std::int64_t i = lane; i < l.n && !is_nan(best); i += 32) {
+    for (std::int64_t i = lane; i < l.n && !math::is_nan(best); i += 32) {
       const A v = to_acc(p[i * l.step]);
-      if (arg < 0 || v > best || is_nan(v)) {
+      if (arg < 0 || v > best || math::is_nan(v)) {
         best = v;
         arg = i;
       }
@@ -374,9 +340,9 @@ __global__ void max_dim_columns_kernel(const T* x, T* values, std::int64_t* indi
     const T* p = x + offset_of(l.kept, o, l.narrow);
     A best = to_acc(p[0]);
     std::int64_t arg = 0;
-    for (std::int64_t i = 1; i < l.n && !is_nan(best); ++i) {
+    for (std::int64_t i = 1; i < l.n && !math::is_nan(best); ++i) {
       const A v = to_acc(p[i * l.step]);
-      if (v > best || is_nan(v)) {
+      if (v > best || math::is_nan(v)) {
         best = v;
         arg = i;
       }
@@ -399,7 +365,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const 
   }
 
   ReduceLayout l;
-  l.kept = make_index(out.shape(), x.strides(), name);
+  l.kept = strided_index(out.shape(), x.strides(), name);
   // The reduced dims, the one with the largest stride outermost.
   std::vector<std::int64_t> red_dims;
   for (std::int64_t d = 0; d < x.dim(); ++d) {
@@ -413,7 +379,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const 
     red_sizes.push_back(x.size(d));
     red_strides.push_back(x.stride(d));
   }
-  l.red = make_index(red_sizes, red_strides, name);
+  l.red = strided_index(red_sizes, red_strides, name);
   l.out = strided_index(out, name);
   l.n_out = out.numel();
   l.n_red = x.numel() / l.n_out;
@@ -447,7 +413,7 @@ void CudaBackend::max_dim(const Tensor& x, std::int64_t dim, const Tensor& value
   l.step = x.dim() > 0 ? x.stride(d) : 0;
   TF_CHECK(l.n > 0, "max_dim: cannot take the maximum over an empty dim of shape ",
            shape_str(x.shape()));
-  l.kept = make_index(kept_shape, x.strides(), "max_dim");
+  l.kept = strided_index(kept_shape, x.strides(), "max_dim");
   l.values = strided_index(values, "max_dim");
   l.indices = strided_index(indices, "max_dim");
   l.n_out = values.numel();

@@ -12,25 +12,12 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/strided.cuh"
+#include "core/math.h"
 #include "core/op_checks.h"
 
 namespace tinyformer::cuda {
 
 namespace {
-
-// The library functions in the precision of A (expf for float: within 2 ulp, no fast-math).
-__device__ inline float exp_of(float v) {
-  return expf(v);
-}
-__device__ inline double exp_of(double v) {
-  return ::exp(v);
-}
-__device__ inline float log_of(float v) {
-  return logf(v);
-}
-__device__ inline double log_of(double v) {
-  return ::log(v);
-}
 
 // --- one warp per row (C <= 1024) ---
 
@@ -63,13 +50,13 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       if (lane + 32 * k < cols) {
-        const A e = exp_of(v[k] - m);
+        const A e = math::exp(v[k] - m);
         sum += e;
         if (!log) v[k] = e;
       }
     }
     sum = warp_sum(sum);
-    const A shift = m + log_of(sum), inv = A(1) / sum;
+    const A shift = m + math::log(sum), inv = A(1) / sum;
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int c = lane + 32 * k;
@@ -106,7 +93,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     for (int k = 0; k < kItems; ++k) {
       const int c = lane + 32 * k;
       if (c < cols) {
-        dr[c] = from_acc<T>(log ? gv[k] - exp_of(yv[k]) * dot : yv[k] * (gv[k] - dot));
+        dr[c] = from_acc<T>(log ? gv[k] - math::exp(yv[k]) * dot : yv[k] * (gv[k] - dot));
       }
     }
   }
@@ -133,12 +120,13 @@ __global__ void __launch_bounds__(kRowBlock)
     }
     m = block_max(m, scratch);
     A sum = 0;
-    for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += exp_of(to_acc(xr[c]) - m);
+    for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+      sum += math::exp(to_acc(xr[c]) - m);
     sum = block_sum(sum, scratch);
-    const A shift = m + log_of(sum), inv = A(1) / sum;
+    const A shift = m + math::log(sum), inv = A(1) / sum;
     for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       const A v = to_acc(xr[c]);
-      yr[c] = from_acc<T>(log ? v - shift : exp_of(v - m) * inv);
+      yr[c] = from_acc<T>(log ? v - shift : math::exp(v - m) * inv);
     }
   }
 }
@@ -163,7 +151,7 @@ __global__ void __launch_bounds__(kRowBlock)
     dot = block_sum(dot, scratch);
     for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       const A yv = to_acc(yr[c]), gv = to_acc(gr[c]);
-      dr[c] = from_acc<T>(log ? gv - exp_of(yv) * dot : yv * (gv - dot));
+      dr[c] = from_acc<T>(log ? gv - math::exp(yv) * dot : yv * (gv - dot));
     }
   }
 }

@@ -1,36 +1,29 @@
 // Host-side helpers of strided.cuh: the addressing of a view, with size-1 dims dropped and
-// dims that are contiguous in memory merged.
+// dims that are contiguous in memory merged by core's coalesce() (core/strided_layout.h).
 #include "backends/cuda/strided.cuh"
+#include "core/strided_layout.h"
 
 namespace tinyformer::cuda {
 
-StridedIndex strided_index(const Tensor& t, const char* op) {
-  // Walk dims from the innermost out, merging dim d into the one inside it when
-  // stride[d] == stride[inner] * size[inner] (the two address memory as one longer dim).
-  std::int64_t sizes[64], strides[64];
-  int dims = 0;
-  for (std::int64_t d = t.dim() - 1; d >= 0; --d) {
-    const std::int64_t size = t.size(d), stride = t.stride(d);
-    if (size == 1) continue;
-    if (dims > 0 && stride == strides[dims - 1] * sizes[dims - 1]) {
-      sizes[dims - 1] *= size;
-      continue;
-    }
-    TF_CHECK(dims < 64, op, ": too many dims");
-    sizes[dims] = size;
-    strides[dims] = stride;
-    ++dims;
-  }
+StridedIndex strided_index(const Shape& sizes, const Shape& strides, const char* op) {
+  const StridedLayout layout = coalesce(sizes, {&strides});
+  // A view of one element has no dims to walk (coalesce() keeps one of size 1).
+  const bool single = layout.sizes.size() == 1 && layout.sizes[0] == 1;
+  const int dims = single ? 0 : static_cast<int>(layout.sizes.size());
   TF_CHECK(dims <= kMaxDims, op, ": the CUDA backend addresses views of at most ", kMaxDims,
-           " non-mergeable dims, got ", dims, " for shape ", shape_str(t.shape()));
+           " non-mergeable dims, got ", dims, " for sizes ", shape_str(sizes), " and strides ",
+           shape_str(strides));
   StridedIndex index;
   index.dims = dims;
-  // StridedIndex keeps the outermost dim first.
-  for (int i = 0; i < dims; ++i) {
-    index.sizes[i] = sizes[dims - 1 - i];
-    index.strides[i] = strides[dims - 1 - i];
+  for (int i = 0; i < dims; ++i) {  // outermost first, as in the layout
+    index.sizes[i] = layout.sizes[static_cast<std::size_t>(i)];
+    index.strides[i] = layout.strides[0][static_cast<std::size_t>(i)];
   }
   return index;
+}
+
+StridedIndex strided_index(const Tensor& t, const char* op) {
+  return strided_index(t.shape(), t.strides(), op);
 }
 
 bool all_contiguous(std::initializer_list<const Tensor*> tensors) {

@@ -106,9 +106,11 @@ struct StridedIndex {
   }
 };
 
-// The addressing of the view `t`. Throws Error when
-// the view has more than kMaxDims dims after merging.
+// The addressing of the view `t`, or of a view with these sizes and strides, after core's
+// coalesce() (core/strided_layout.h). Throws Error when the view has more than kMaxDims dims
+// after merging.
 StridedIndex strided_index(const Tensor& t, const char* op);
+StridedIndex strided_index(const Shape& sizes, const Shape& strides, const char* op);
 
 // True when every tensor is contiguous: kernels then take the plain i -> i path.
 bool all_contiguous(std::initializer_list<const Tensor*> tensors);

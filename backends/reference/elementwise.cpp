@@ -56,6 +56,8 @@ double unary_value(UnaryOp op, double x, double alpha) {
       return x * normal_cdf(x);
     case UnaryOp::gelu_tanh:
       return 0.5 * x * (1.0 + std::tanh(gelu_tanh_inner(x)));
+    case UnaryOp::silu:  // x sigmoid(x)
+      return x / (1.0 + std::exp(-x));
     case UnaryOp::pow_scalar:
       return std::pow(x, alpha);
   }
@@ -89,6 +91,10 @@ double unary_derivative(UnaryOp op, double x, double y, double alpha) {
       const double t = std::tanh(gelu_tanh_inner(x));
       const double du = std::sqrt(2.0 / std::numbers::pi) * (1.0 + 3.0 * 0.044715 * x * x);
       return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+    }
+    case UnaryOp::silu: {  // s + x s (1 - s), s = sigmoid(x)
+      const double s = 1.0 / (1.0 + std::exp(-x));
+      return s + x * s * (1.0 - s);
     }
     case UnaryOp::pow_scalar:
       return alpha == 0.0 ? 0.0 : alpha * std::pow(x, alpha - 1.0);

@@ -36,6 +36,13 @@ TEST_CASE("LayerNorm, FeedForward, Embedding, position encodings: gradients") {
   nn::FeedForward ff_relu(3, 5, nn::Activation::relu);
   CHECK(gradcheck_module(ff_relu, randn64({4, 3}),
                          [&](const Tensor& x) { return ff_relu.forward(x); }));
+  // Any parameterless unary row is an activation; pow_scalar (an exponent) is not.
+  nn::FeedForward ff_tanh(3, 4, nn::Activation::tanh);
+  CHECK(gradcheck_module(ff_tanh, randn64({2, 3}),
+                         [&](const Tensor& x) { return ff_tanh.forward(x); }));
+  CHECK(ff_tanh.extra_repr().find("activation=tanh") != std::string::npos);
+  CHECK_THROWS_WITH_AS(nn::FeedForward(3, 4, nn::Activation::pow_scalar),
+                       doctest::Contains("pow_scalar"), Error);
 
   nn::Embedding emb(7, 3);
   Tensor ids = from<std::int64_t>({1, 4, 4, 6, 0}, {5});

@@ -1,9 +1,11 @@
-// Layout coalescing and the shape checks shared by the CPU's elementwise kernels (strided.h).
-#include "backends/cpu/strided.h"
+// Coalescing of strided layouts (core/strided_layout.h), shared by the CPU and CUDA backends.
+#include "core/strided_layout.h"
 
 #include <cstdlib>
 
-namespace tinyformer::cpu {
+#include "core/error.h"
+
+namespace tinyformer {
 
 bool StridedLayout::contiguous() const {
   if (sizes.size() != 1) return false;
@@ -68,4 +70,4 @@ std::int64_t element_offset(const StridedLayout& layout, std::int64_t index, std
   return offset;
 }
 
-}  // namespace tinyformer::cpu
+}  // namespace tinyformer

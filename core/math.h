@@ -1,0 +1,254 @@
+// The scalar math every device shares: exp, tanh, the normal CDF, sigmoid and the GELU
+// constants as host-and-device functions, called by the elementwise ops (core/unary_math.h),
+// softmax and layer norm on the CPU and the GPU alike.
+//
+// float32 exp, tanh and the normal CDF are polynomials built from multiplies, adds and selects
+// (no calls, no branches), so that a CPU loop over them vectorizes, where the library's float
+// functions are scalar calls. They are within a few ulp of the exact result. The GPU runs the same
+// polynomials for float32 (and for bfloat16, which it computes in float32) rather than its own
+// expf/tanhf/erfcf: the elementwise kernels are memory-bound, so a dozen fused multiply-adds cost
+// nothing there, and one formula means the CPU tests prove the GPU's values too. float64 (the dtype
+// of gradient checks, where accuracy is the point) uses the library functions on both devices.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#if !defined(__CUDA_ARCH__)
+#include <bit>
+#endif
+
+#include "core/host_device.h"
+
+namespace tinyformer::math {
+
+template <typename T>
+struct Constants {
+  static constexpr T inv_sqrt2 = static_cast<T>(0.70710678118654752440);
+  static constexpr T inv_sqrt_2pi = static_cast<T>(0.39894228040143267794);  // 1 / sqrt(2 pi)
+  static constexpr T sqrt_2_over_pi = static_cast<T>(0.79788456080286535588);
+  static constexpr T gelu_c = static_cast<T>(0.044715);  // the cubic term of tanh-GELU
+  static constexpr T two_pi = static_cast<T>(6.28318530717958647693);
+};
+
+// --- the library functions, in the precision of T on either device (float stays float) ---
+
+#if defined(__CUDA_ARCH__)
+#define TF_LIBRARY_1(name)                  \
+  template <typename T>                     \
+  TF_HOST_DEVICE inline T name(T v) {       \
+    if constexpr (std::is_same_v<T, float>) \
+      return ::name##f(v);                  \
+    else                                    \
+      return ::name(v);                     \
+  }
+#else
+#define TF_LIBRARY_1(name)            \
+  template <typename T>               \
+  TF_HOST_DEVICE inline T name(T v) { \
+    return std::name(v);              \
+  }
+#endif
+TF_LIBRARY_1(sqrt)
+TF_LIBRARY_1(log)
+TF_LIBRARY_1(log1p)
+TF_LIBRARY_1(sin)
+TF_LIBRARY_1(cos)
+TF_LIBRARY_1(erfc)
+#undef TF_LIBRARY_1
+
+template <typename T>
+TF_HOST_DEVICE inline T pow(T v, T a) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>)
+    return ::powf(v, a);
+  else
+    return ::pow(v, a);
+#else
+  return std::pow(v, a);
+#endif
+}
+
+template <typename T>
+TF_HOST_DEVICE inline T fma(T a, T b, T c) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>)
+    return ::fmaf(a, b, c);
+  else
+    return ::fma(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+// |v| for floating T, as a select (vectorizes, and needs no library on either device).
+template <typename T>
+TF_HOST_DEVICE inline T abs(T v) {
+  return v < T(0) ? -v : v;
+}
+
+// v != v for floating T (a NaN); false for integers.
+template <typename T>
+TF_HOST_DEVICE inline bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return v != v;
+  } else {
+    return false;
+  }
+}
+
+// Integer negation wraps around at INT64_MIN (two's complement) instead of overflowing, which
+// C++ leaves undefined.
+TF_HOST_DEVICE inline std::int64_t wrapping_neg(std::int64_t v) {
+  return static_cast<std::int64_t>(0ull - static_cast<std::uint64_t>(v));
+}
+
+// --- float32 polynomials: selects, no calls, no branches ---
+
+TF_HOST_DEVICE inline float float_from_bits(std::int32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __int_as_float(bits);
+#else
+  return std::bit_cast<float>(bits);
+#endif
+}
+
+// e^x: x = n ln2 + r with |r| <= ln2 / 2, e^r from Cephes' degree-6 polynomial (about 1 ulp),
+// 2^n written into exponent bits. Below ln(FLT_MIN) the result is 0 (so exp(-inf), a masked
+// logit, is exactly 0), above ln(FLT_MAX) it is +inf; a NaN stays NaN. Rounding to an integer
+// adds and subtracts 1.5 * 2^23: std::nearbyint and std::floor compile to library calls, which
+// stop vectorization.
+TF_HOST_DEVICE inline float exp_poly(float x) {
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  constexpr float kMin = -87.3365447f, kMax = 88.7228391f;
+  float xc = x < kMin ? kMin : x;
+  xc = xc > kMax ? kMax : xc;
+  constexpr float kRound = 12582912.0f;
+  const float n = (xc * kLog2e + kRound) - kRound;
+  const float r = xc - n * kLn2Hi - n * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  // 2^n as 2^(n/2) 2^(n - n/2): n runs from -126 to 128, and 2^128 alone would be +inf where
+  // p 2^128 (x up to ln(FLT_MAX)) is finite.
+  const auto ni = static_cast<std::int32_t>(n);
+  const std::int32_t half = ni >> 1;
+  float y = p * float_from_bits((half + 127) << 23) * float_from_bits((ni - half + 127) << 23);
+  y = x < kMin ? 0.0f : y;
+  return x > kMax ? std::numeric_limits<float>::infinity() : y;
+}
+
+// tanh: Cephes' odd polynomial below |x| = 0.625 (where 1 - 2 / (e^2x + 1) would cancel), the
+// exponential form above. About 2 ulp.
+TF_HOST_DEVICE inline float tanh_poly(float x) {
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * x + x;
+  const float ax = abs(x);
+  const float large = 1.0f - 2.0f / (exp_poly(2.0f * ax) + 1.0f);
+  return ax < 0.625f ? small : (x < 0.0f ? -large : large);
+}
+
+// The standard normal CDF Phi(x) = erfc(-x / sqrt 2) / 2, with erfc(z), z >= 0, from Numerical
+// Recipes' Chebyshev fit (relative error < 1.2e-7). Going through erfc of |x| keeps the relative
+// accuracy in the left tail, where 1 + erf(x) would cancel.
+TF_HOST_DEVICE inline float normal_cdf_poly(float x) {
+  const float z = abs(x) * 0.70710678118654752f;
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  const float half_erfc = 0.5f * t * exp_poly(p - z * z);
+  return x >= 0.0f ? 1.0f - half_erfc : half_erfc;
+}
+
+// --- what the kernels call: the polynomial for float, the library for double ---
+
+template <typename T>
+TF_HOST_DEVICE inline T exp(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return exp_poly(v);
+  } else {
+#if defined(__CUDA_ARCH__)
+    return ::exp(v);
+#else
+    return std::exp(v);
+#endif
+  }
+}
+
+template <typename T>
+TF_HOST_DEVICE inline T tanh(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return tanh_poly(v);
+  } else {
+#if defined(__CUDA_ARCH__)
+    return ::tanh(v);
+#else
+    return std::tanh(v);
+#endif
+  }
+}
+
+// Phi(x), the standard normal CDF.
+template <typename T>
+TF_HOST_DEVICE inline T normal_cdf(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return normal_cdf_poly(v);
+  } else {
+    return T(0.5) * erfc(-v * Constants<T>::inv_sqrt2);
+  }
+}
+
+// phi(x), the standard normal density.
+template <typename T>
+TF_HOST_DEVICE inline T normal_pdf(T v) {
+  return Constants<T>::inv_sqrt_2pi * exp(T(-0.5) * v * v);
+}
+
+template <typename T>
+TF_HOST_DEVICE inline T sigmoid(T v) {
+  return T(1) / (T(1) + exp(-v));
+}
+
+// The argument of tanh in the tanh form of GELU: sqrt(2 / pi) (x + 0.044715 x^3).
+template <typename T>
+TF_HOST_DEVICE inline T gelu_tanh_inner(T v) {
+  return Constants<T>::sqrt_2_over_pi * (v + Constants<T>::gelu_c * v * v * v);
+}
+
+// --- row statistics of layer norm ---
+
+// 1 / sqrt(var + eps) from the row's sum of squared deviations sum((x - mean)^2) over `cols`
+// elements. The deviations are summed around the mean (a second pass) by every caller: the
+// one-pass sum(x^2) - C mean^2 cancels when |mean| >> std.
+template <typename T>
+TF_HOST_DEVICE inline T layer_norm_rstd(T squared_deviations, T cols, T eps) {
+  return T(1) / sqrt(squared_deviations / cols + eps);
+}
+
+// Layer norm's input gradient of one element: with xhat = (x - mean) rstd and gy = g w,
+//   dx = rstd (gy - mean(gy) - xhat mean(gy xhat)).
+template <typename T>
+TF_HOST_DEVICE inline T layer_norm_dx(T gy, T xhat, T mean_gy, T mean_gy_xhat, T rstd) {
+  return rstd * (gy - mean_gy - xhat * mean_gy_xhat);
+}
+
+}  // namespace tinyformer::math
