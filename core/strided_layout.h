@@ -1,7 +1,7 @@
 // The index arithmetic of strided loops on every device: coalescing the dims of operands that
 // share one shape (size-1 dims dropped, neighbours that every operand walks contiguously merged)
-// and the memory offset of a row-major position. The CPU's loops (backends/cpu/strided.h) and
-// the CUDA kernels' addressing (backends/cuda/strided.cu) both start from coalesce().
+// and the memory offset of a row-major position. Every backend's strided loops and kernel
+// addressing start from coalesce().
 #pragma once
 
 #include <cstddef>
