@@ -83,10 +83,14 @@ TF_HOST_DEVICE inline T fma(T a, T b, T c) {
 #endif
 }
 
-// |v| for floating T, as a select (vectorizes, and needs no library on either device).
+// |v| for floating T: fabs on the host (one bitwise and, which vectorizes), a select on the GPU.
 template <typename T>
 TF_HOST_DEVICE inline T abs(T v) {
+#if defined(__CUDA_ARCH__)
   return v < T(0) ? -v : v;
+#else
+  return std::fabs(v);
+#endif
 }
 
 // v != v for floating T (a NaN); false for integers.
@@ -107,17 +111,27 @@ TF_HOST_DEVICE inline std::int64_t wrapping_neg(std::int64_t v) {
 
 // --- float32 polynomials: selects, no calls, no branches ---
 
-TF_HOST_DEVICE inline float float_from_bits(std::int32_t bits) {
+TF_HOST_DEVICE inline float float_from_bits(std::uint32_t bits) {
 #if defined(__CUDA_ARCH__)
-  return __int_as_float(bits);
+  return __uint_as_float(bits);
 #else
   return std::bit_cast<float>(bits);
 #endif
 }
 
+TF_HOST_DEVICE inline std::uint32_t bits_from_float(float v) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(v);
+#else
+  return std::bit_cast<std::uint32_t>(v);
+#endif
+}
+
 // e^x: x = n ln2 + r with |r| <= ln2 / 2, e^r from Cephes' degree-6 polynomial (about 1 ulp),
-// 2^n written into exponent bits. Below ln(FLT_MIN) the result is 0 (so exp(-inf), a masked
-// logit, is exactly 0), above ln(FLT_MAX) it is +inf; a NaN stays NaN. Rounding to an integer
+// times 2^n by adding n to the exponent bits of e^r (one integer add; exact wherever the result
+// is a normal float, and n = 128 with e^r < 1 still lands on a finite result). From ln(FLT_MAX)
+// (kMax, rounded up to a float whose e^x overflows) on the result is +inf, below ln(FLT_MIN) it
+// is 0 (so exp(-inf), a masked logit, is exactly 0); a NaN stays NaN. Rounding to an integer
 // adds and subtracts 1.5 * 2^23: std::nearbyint and std::floor compile to library calls, which
 // stop vectorization.
 TF_HOST_DEVICE inline float exp_poly(float x) {
@@ -135,13 +149,12 @@ TF_HOST_DEVICE inline float exp_poly(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  // 2^n as 2^(n/2) 2^(n - n/2): n runs from -126 to 128, and 2^128 alone would be +inf where
-  // p 2^128 (x up to ln(FLT_MAX)) is finite.
-  const auto ni = static_cast<std::int32_t>(n);
-  const std::int32_t half = ni >> 1;
-  float y = p * float_from_bits((half + 127) << 23) * float_from_bits((ni - half + 127) << 23);
+  // Unsigned arithmetic: a NaN's n converts to an arbitrary integer, whose shifted sum must not
+  // overflow a signed type (p is NaN then, and stays NaN whatever is added to its exponent).
+  const auto ni = static_cast<std::uint32_t>(static_cast<std::int32_t>(n));
+  float y = float_from_bits(bits_from_float(p) + (ni << 23));
   y = x < kMin ? 0.0f : y;
-  return x > kMax ? std::numeric_limits<float>::infinity() : y;
+  return x >= kMax ? std::numeric_limits<float>::infinity() : y;
 }
 
 // tanh: Cephes' odd polynomial below |x| = 0.625 (where 1 - 2 / (e^2x + 1) would cancel), the

@@ -38,6 +38,23 @@ TEST_CASE("float32 exp: accurate, one cut-off, exact at the ends") {
   CHECK(math::exp(inf) == inf);
   CHECK(std::isnan(math::exp(std::numeric_limits<float>::quiet_NaN())));
   CHECK(math::exp(0.0f) == 1.0f);
+  // Every float next to the overflow threshold ln(FLT_MAX) = 88.7228391...: finite and accurate
+  // below it, +inf (never NaN) from it on, wherever 2^n meets the largest exponent.
+  for (float x = 88.70f; x < 88.75f; x = std::nextafter(x, 100.0f)) {
+    const double want = std::exp(static_cast<double>(x));
+    const float got = math::exp(x);
+    if (want > static_cast<double>(std::numeric_limits<float>::max())) {
+      REQUIRE(got == inf);
+    } else {
+      REQUIRE(rel_err(got, want) < 4e-7);
+    }
+  }
+  // And next to the underflow threshold ln(FLT_MIN): a normal float or 0, never garbage.
+  for (float x = -87.40f; x < -87.30f; x = std::nextafter(x, 0.0f)) {
+    const float got = math::exp(x);
+    REQUIRE((got == 0.0f || got >= std::numeric_limits<float>::min() * 0.99999f));
+    if (got != 0.0f) REQUIRE(rel_err(got, std::exp(static_cast<double>(x))) < 4e-7);
+  }
   // float64 is the library's.
   CHECK(math::exp(1.25) == std::exp(1.25));
 }
