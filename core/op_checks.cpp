@@ -5,6 +5,7 @@
 #include "core/op_checks.h"
 
 #include <cmath>
+#include <string>
 #include <string_view>
 
 #include "core/backend.h"
@@ -398,6 +399,126 @@ void check_adamw_step_args(const Tensor& param, const Tensor& grad, const Tensor
     for (int j = i + 1; j < 4; ++j) {
       TF_CHECK(all[i]->storage() != all[j]->storage(),
                "adamw_step: param, grad, exp_avg and exp_avg_sq must not share memory");
+    }
+  }
+}
+
+// --- indexing and losses ---
+
+namespace {
+
+// A defined 2-d tensor on `device`; `what` names it.
+void check_matrix(const Tensor& t, const char* op, const char* what, const Device& device) {
+  TF_CHECK(t.defined() && t.dim() == 2, op, ": expected ", what, " to be a 2-d tensor, got ",
+           t.defined() ? shape_str(t.shape()) : "an undefined Tensor");
+  check_device(t, op, what, device);
+}
+
+// A defined 1-d int64 tensor of `rows` elements (any rows when negative) on `device`.
+void check_index_vector(const Tensor& t, const char* op, const char* what, std::int64_t rows,
+                        const Device& device) {
+  TF_CHECK(t.defined(), op, ": expected ", what,
+           " to be a defined tensor, got an undefined Tensor");
+  check_dtype(op, what, t, DType::int64);
+  TF_CHECK(t.dim() == 1 && (rows < 0 || t.size(0) == rows), op, ": expected ", what, " of shape [",
+           rows < 0 ? std::string("N") : std::to_string(rows), "], got ", shape_str(t.shape()));
+  check_device(t, op, what, device);
+}
+
+}  // namespace
+
+void check_index_select_args(const Tensor& table, const Tensor& indices, const Tensor& out,
+                             const Backend& backend) {
+  const char* op = "index_select";
+  TF_CHECK(out.defined(), op, ": expected a defined output, got an undefined Tensor");
+  check_backend_device(out, op, "the output", backend);
+  check_matrix(table, op, "the table", out.device());
+  check_matrix(out, op, "the output", out.device());
+  check_index_vector(indices, op, "indices", -1, out.device());
+  const std::int64_t n = indices.size(0), d = table.size(1);
+  TF_CHECK(out.size(0) == n && out.size(1) == d, op, ": expected an output of shape ",
+           shape_str({n, d}), ", got ", shape_str(out.shape()));
+  check_dtype(op, "the output", out, table.dtype());
+  check_supported(Op::index_select, table.dtype(), op, backend);
+}
+
+void check_index_add_args(const Tensor& src, const Tensor& indices, const Tensor& out,
+                          const Backend& backend) {
+  const char* op = "index_add";
+  TF_CHECK(out.defined(), op, ": expected a defined output, got an undefined Tensor");
+  check_backend_device(out, op, "the output", backend);
+  check_matrix(src, op, "the source", out.device());
+  check_matrix(out, op, "the output", out.device());
+  TF_CHECK(out.is_contiguous(), op, ": expected a contiguous output");
+  check_index_vector(indices, op, "indices", -1, out.device());
+  const std::int64_t n = indices.size(0), d = out.size(1);
+  TF_CHECK(src.size(0) == n && src.size(1) == d, op, ": expected a source of shape ",
+           shape_str({n, d}), " for ", n, " indices into ", shape_str(out.shape()), ", got ",
+           shape_str(src.shape()));
+  check_dtype(op, "the output", out, src.dtype());
+  check_supported(Op::index_add, src.dtype(), op, backend);
+}
+
+void check_nll_loss_args(const Tensor& log_probs, const Tensor& target, const Tensor& loss,
+                         const Backend& backend) {
+  const char* op = "nll_loss";
+  TF_CHECK(log_probs.defined() && log_probs.dim() == 2 && log_probs.is_contiguous(), op,
+           ": expected contiguous log-probabilities [N, C], got ",
+           log_probs.defined() ? shape_str(log_probs.shape()) : "an undefined Tensor");
+  check_backend_device(log_probs, op, "the log-probabilities", backend);
+  const std::int64_t n = log_probs.size(0);
+  TF_CHECK(loss.defined() && loss.shape() == Shape{n}, op, ": expected a loss of shape [", n,
+           "], got ", loss.defined() ? shape_str(loss.shape()) : "an undefined Tensor");
+  check_dtype(op, "the loss", loss, log_probs.dtype());
+  check_device(loss, op, "the loss", log_probs.device());
+  check_supported(Op::nll_loss, log_probs.dtype(), op, backend);
+  check_index_vector(target, op, "the target", n, log_probs.device());
+}
+
+void check_nll_loss_backward_args(const Tensor& grad_loss, const Tensor& target, const Tensor& out,
+                                  const Backend& backend) {
+  const char* op = "nll_loss_backward";
+  TF_CHECK(out.defined() && out.dim() == 2 && out.is_contiguous(), op,
+           ": expected a contiguous output [N, C], got ",
+           out.defined() ? shape_str(out.shape()) : "an undefined Tensor");
+  check_backend_device(out, op, "the output", backend);
+  const std::int64_t n = out.size(0);
+  TF_CHECK(grad_loss.defined() && grad_loss.shape() == Shape{n}, op,
+           ": expected a gradient of shape [", n, "], got ",
+           grad_loss.defined() ? shape_str(grad_loss.shape()) : "an undefined Tensor");
+  check_dtype(op, "the gradient", grad_loss, out.dtype());
+  check_device(grad_loss, op, "the gradient", out.device());
+  check_supported(Op::nll_loss_backward, out.dtype(), op, backend);
+  check_index_vector(target, op, "the target", n, out.device());
+}
+
+void fail_index_out_of_range(const char* op, std::int64_t value, std::int64_t position,
+                             std::int64_t rows) {
+  fail(op, ": index ", value, " at position ", position, " is out of range for ", rows,
+       " rows (expected 0 <= index < ", rows, ")");
+}
+
+void fail_target_out_of_range(const char* op, std::int64_t value, std::int64_t row,
+                              std::int64_t classes, std::int64_t ignore_index) {
+  fail(op, ": target ", value, " of row ", row, " is out of range for ", classes,
+       " classes (expected 0 <= target < ", classes, " or the ignore_index ", ignore_index, ")");
+}
+
+void check_index_values_in_host_memory(const char* op, const Tensor& indices, std::int64_t rows) {
+  const auto* idx = static_cast<const std::int64_t*>(indices.data_ptr());
+  for (std::int64_t i = 0; i < indices.size(0); ++i) {
+    const std::int64_t v = idx[i * indices.stride(0)];
+    if (v < 0 || v >= rows) fail_index_out_of_range(op, v, i, rows);
+  }
+}
+
+void check_target_values_in_host_memory(const char* op, const Tensor& target, std::int64_t classes,
+                                        std::int64_t ignore_index) {
+  const auto* t = static_cast<const std::int64_t*>(target.data_ptr());
+  for (std::int64_t i = 0; i < target.size(0); ++i) {
+    const std::int64_t c = t[i * target.stride(0)];
+    if (c != ignore_index && (c < 0 || c >= classes)) {
+      fail_target_out_of_range(op, c, i, classes, ignore_index);
     }
   }
 }

@@ -81,4 +81,33 @@ void check_adamw_step_args(const Tensor& param, const Tensor& grad, const Tensor
                            double eps, double weight_decay, double bias_correction1,
                            double bias_correction2, const Backend& backend);
 
+// --- indexing and losses: shapes, dtypes and devices here; the values of indices and
+// targets live on the backend's device, so each backend finds the first bad one its own way and
+// reports it with the message below ---
+
+// table: [V, D], indices: [N] int64, out: [N, D] of table's dtype.
+void check_index_select_args(const Tensor& table, const Tensor& indices, const Tensor& out,
+                             const Backend& backend);
+// src: [N, D], indices: [N] int64, out: [V, D] of src's dtype, contiguous.
+void check_index_add_args(const Tensor& src, const Tensor& indices, const Tensor& out,
+                          const Backend& backend);
+// log_probs: [N, C] contiguous, target: [N] int64, loss: [N] of log_probs' dtype.
+void check_nll_loss_args(const Tensor& log_probs, const Tensor& target, const Tensor& loss,
+                         const Backend& backend);
+// grad_loss: [N], target: [N] int64, out: [N, C] contiguous of grad_loss's dtype.
+void check_nll_loss_backward_args(const Tensor& grad_loss, const Tensor& target, const Tensor& out,
+                                  const Backend& backend);
+
+// The errors for a bad value: index `value` at `position` outside [0, rows); target `value` of
+// row `row` outside [0, classes) and not ignore_index.
+[[noreturn]] void fail_index_out_of_range(const char* op, std::int64_t value, std::int64_t position,
+                                          std::int64_t rows);
+[[noreturn]] void fail_target_out_of_range(const char* op, std::int64_t value, std::int64_t row,
+                                           std::int64_t classes, std::int64_t ignore_index);
+// For backends whose tensors live in host memory: scan the values in order and fail on the
+// first bad one.
+void check_index_values_in_host_memory(const char* op, const Tensor& indices, std::int64_t rows);
+void check_target_values_in_host_memory(const char* op, const Tensor& target, std::int64_t classes,
+                                        std::int64_t ignore_index);
+
 }  // namespace tinyformer

@@ -80,6 +80,27 @@ struct BernoulliSampler {
   }
 };
 
+// The rounding of a double to a host element type T (bfloat16 through float32, like every
+// bfloat16 conversion) and back: the R of the samplers for every backend that draws in host
+// memory. A device backend supplies its own for its bfloat16 type.
+template <typename T>
+struct HostRounding {
+  static T round(double v) {
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      return bfloat16(static_cast<float>(v));
+    } else {
+      return static_cast<T>(v);
+    }
+  }
+  static double widen(T v) {
+    if constexpr (std::is_same_v<T, double>) {
+      return v;
+    } else {
+      return static_cast<double>(static_cast<float>(v));
+    }
+  }
+};
+
 // The K values of stream counter `counter`.
 template <typename Sampler, typename T>
 TF_HOST_DEVICE inline void sample_counter(const Sampler& sampler, std::uint64_t seed,

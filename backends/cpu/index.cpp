@@ -11,38 +11,11 @@
 
 namespace tinyformer::cpu {
 
-namespace {
-
-// indices: [N] int64, each in [0, V).
-void check_indices(const char* op, const Tensor& indices, std::int64_t rows) {
-  check_dtype(op, "indices", indices, DType::int64);
-  TF_CHECK(indices.dim() == 1, op, ": expected 1-d indices, got shape ",
-           shape_str(indices.shape()));
-  const std::int64_t* idx = indices.data<std::int64_t>();
-  const std::int64_t step = indices.stride(0);
-  for (std::int64_t i = 0; i < indices.size(0); ++i) {
-    const std::int64_t v = idx[i * step];
-    TF_CHECK(v >= 0 && v < rows, op, ": index ", v, " at position ", i, " is out of range for ",
-             rows, " rows (expected 0 <= index < ", rows, ")");
-  }
-}
-
-void check_matrix(const char* op, const char* what, const Tensor& t) {
-  TF_CHECK(t.defined() && t.dim() == 2, op, ": expected ", what, " to be a 2-d tensor, got ",
-           t.defined() ? shape_str(t.shape()) : "an undefined Tensor");
-}
-
-}  // namespace
-
 // table: [V, D], indices: [N] int64, out: [N, D]; out[i, :] = table[indices[i], :].
 void CpuBackend::index_select(const Tensor& table, const Tensor& indices, const Tensor& out) {
-  check_matrix("index_select", "the table", table);
-  check_matrix("index_select", "the output", out);
-  check_indices("index_select", indices, table.size(0));
+  check_index_select_args(table, indices, out, *this);
+  check_index_values_in_host_memory("index_select", indices, table.size(0));
   const std::int64_t n = indices.size(0), d = table.size(1);
-  TF_CHECK(out.size(0) == n && out.size(1) == d, "index_select: expected an output of shape ",
-           shape_str({n, d}), ", got ", shape_str(out.shape()));
-  check_dtype("index_select", "the output", out, table.dtype());
   dispatch<float, double, std::int64_t, bool>(table.dtype(), "index_select", [&](auto tag) {
     using T = decltype(tag);
     const T* src = table.data<T>();
@@ -75,15 +48,9 @@ void CpuBackend::index_select(const Tensor& table, const Tensor& indices, const 
 // in increasing i on any number of threads: no races, and the same result bit for bit. Wide
 // tables split by columns (blocks of >= 16 elements, whole cache lines), narrow ones by rows.
 void CpuBackend::index_add(const Tensor& src, const Tensor& indices, const Tensor& out) {
-  check_matrix("index_add", "the source", src);
-  check_matrix("index_add", "the output", out);
-  TF_CHECK(out.is_contiguous(), "index_add: expected a contiguous output");
-  check_indices("index_add", indices, out.size(0));
+  check_index_add_args(src, indices, out, *this);
+  check_index_values_in_host_memory("index_add", indices, out.size(0));
   const std::int64_t n = indices.size(0), v = out.size(0), d = out.size(1);
-  TF_CHECK(src.size(0) == n && src.size(1) == d, "index_add: expected a source of shape ",
-           shape_str({n, d}), " for ", n, " indices into ", shape_str(out.shape()), ", got ",
-           shape_str(src.shape()));
-  check_dtype("index_add", "the output", out, src.dtype());
   if (n == 0 || d == 0) return;
   dispatch_floating(src.dtype(), "index_add", [&](auto tag) {
     using T = decltype(tag);

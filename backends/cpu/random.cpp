@@ -13,23 +13,8 @@ namespace tinyformer::cpu {
 
 namespace {
 
-// A double rounded to T (bfloat16 through float32, like every bfloat16 conversion), and back.
 template <typename T>
-struct Rounding {
-  static T round(double v) {
-    if constexpr (std::is_same_v<T, bfloat16>) {
-      return bfloat16(static_cast<float>(v));
-    } else {
-      return static_cast<T>(v);
-    }
-  }
-  static double widen(T v) { return static_cast<double>(static_cast<float>(v)); }
-};
-template <>
-struct Rounding<double> {
-  static double round(double v) { return v; }
-  static double widen(double v) { return v; }
-};
+using Rounding = HostRounding<T>;
 
 // Writes out[i] = stream element offset + i for i in [0, n), out contiguous: each thread walks
 // the counters of its range and keeps the values that fall inside it.

@@ -16,6 +16,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/strided.cuh"
+#include "core/op_checks.h"
 
 namespace tinyformer::cuda {
 
@@ -141,28 +142,8 @@ __global__ void add_runs_kernel(const T* src, std::int64_t ss0, std::int64_t ss1
 
 // --- checks ---
 
-void check_matrix(const char* op, const char* what, const Tensor& t) {
-  TF_CHECK(t.defined() && t.dim() == 2, op, ": expected ", what, " to be a 2-d tensor, got ",
-           t.defined() ? shape_str(t.shape()) : "an undefined Tensor");
-  TF_CHECK(t.device().is_cuda(), op, ": the CUDA backend got ", what, " on ", t.device());
-}
-
-void check_dtype(const char* op, const char* what, const Tensor& t, DType dtype) {
-  TF_CHECK(t.dtype() == dtype, op, ": expected ", what, " of dtype ", dtype, ", got ", t.dtype());
-}
-
-// indices: [N] int64 on the GPU.
-void check_index_tensor(const char* op, const Tensor& indices) {
-  TF_CHECK(indices.defined(), op,
-           ": expected indices to be a defined tensor, got an undefined Tensor");
-  check_dtype(op, "indices", indices, DType::int64);
-  TF_CHECK(indices.dim() == 1, op, ": expected 1-d indices, got shape ",
-           shape_str(indices.shape()));
-  TF_CHECK(indices.device().is_cuda(), op, ": the CUDA backend got indices on ", indices.device());
-}
-
-// Throws unless every index lies in [0, rows). Waits for the device (see the top of the file);
-// the message is the CPU backend's.
+// Throws unless every index lies in [0, rows), naming the first bad one. Waits for the device
+// (see the top of the file).
 void check_index_range(const char* op, const Tensor& indices, std::int64_t rows) {
   const std::int64_t n = indices.size(0);
   if (n == 0) return;
@@ -182,8 +163,7 @@ void check_index_range(const char* op, const Tensor& indices, std::int64_t rows)
   std::int64_t v = 0;
   TF_CUDA_CHECK(op, cudaMemcpyAsync(&v, idx + i * is, sizeof(v), cudaMemcpyDeviceToHost, stream()));
   TF_CUDA_CHECK(op, cudaStreamSynchronize(stream()));
-  fail(op, ": index ", v, " at position ", i, " is out of range for ", rows,
-       " rows (expected 0 <= index < ", rows, ")");
+  fail_index_out_of_range(op, v, i, rows);
 }
 
 }  // namespace
@@ -191,13 +171,8 @@ void check_index_range(const char* op, const Tensor& indices, std::int64_t rows)
 // table: [V, D], indices: [N] int64, out: [N, D]; out[i, :] = table[indices[i], :].
 void CudaBackend::index_select(const Tensor& table, const Tensor& indices, const Tensor& out) {
   const char* op = "index_select";
-  check_matrix(op, "the table", table);
-  check_matrix(op, "the output", out);
-  check_index_tensor(op, indices);
+  check_index_select_args(table, indices, out, *this);
   const std::int64_t n = indices.size(0), d = table.size(1);
-  TF_CHECK(out.size(0) == n && out.size(1) == d, "index_select: expected an output of shape ",
-           shape_str({n, d}), ", got ", shape_str(out.shape()));
-  check_dtype(op, "the output", out, table.dtype());
   check_index_range(op, indices, table.size(0));
   if (n == 0 || d == 0) return;
   const auto esize = static_cast<std::int64_t>(element_size(table.dtype()));
@@ -233,16 +208,8 @@ void CudaBackend::index_select(const Tensor& table, const Tensor& indices, const
 // src: [N, D], indices: [N] int64, out: [V, D] contiguous; out[indices[i], :] += src[i, :].
 void CudaBackend::index_add(const Tensor& src, const Tensor& indices, const Tensor& out) {
   const char* op = "index_add";
-  check_matrix(op, "the source", src);
-  check_matrix(op, "the output", out);
-  TF_CHECK(out.is_contiguous(), "index_add: expected a contiguous output");
-  check_index_tensor(op, indices);
+  check_index_add_args(src, indices, out, *this);
   const std::int64_t n = indices.size(0), v = out.size(0), d = out.size(1);
-  TF_CHECK(src.size(0) == n && src.size(1) == d, "index_add: expected a source of shape ",
-           shape_str({n, d}), " for ", n, " indices into ", shape_str(out.shape()), ", got ",
-           shape_str(src.shape()));
-  check_dtype(op, "the output", out, src.dtype());
-  dispatch_floating(src.dtype(), op, [](auto) {});  // a bad dtype costs no device round trip
   check_index_range(op, indices, v);
   if (n == 0 || d == 0) return;
   const TensorOptions longs{.dtype = DType::int64, .device = out.device()};

@@ -8,6 +8,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/strided.cuh"
+#include "core/op_checks.h"
 
 namespace tinyformer::cuda {
 
@@ -56,24 +57,10 @@ __global__ void nll_loss_backward_kernel(const T* grad_loss, std::int64_t gs,
   }
 }
 
-void check_cuda(const char* op, const char* what, const Tensor& t) {
-  TF_CHECK(t.device().is_cuda(), op, ": the CUDA backend got ", what, " on ", t.device());
-}
-
-void check_dtype(const char* op, const char* what, const Tensor& t, DType dtype) {
-  TF_CHECK(t.defined(), op, ": expected ", what,
-           " to be a defined tensor, got an undefined Tensor");
-  TF_CHECK(t.dtype() == dtype, op, ": expected ", what, " of dtype ", dtype, ", got ", t.dtype());
-}
-
-// target: [N] int64 on the GPU, each in [0, classes) or equal to ignore_index. Waits for the
-// device (see the top of the file); the message is the CPU backend's.
+// Throws unless every target (shape, dtype and device checked already) lies in [0, classes) or
+// equals ignore_index, naming the first bad one. Waits for the device (see the top of the file).
 void check_targets(const char* op, const Tensor& target, std::int64_t rows, std::int64_t classes,
                    std::int64_t ignore_index) {
-  check_dtype(op, "the target", target, DType::int64);
-  TF_CHECK(target.dim() == 1 && target.size(0) == rows, op, ": expected a target of shape [", rows,
-           "], got ", shape_str(target.shape()));
-  check_cuda(op, "the target", target);
   if (rows == 0) return;
   const Tensor flag = empty({1}, {.dtype = DType::int64, .device = target.device()});
   auto* first_bad = static_cast<unsigned long long*>(flag.data_ptr());
@@ -92,8 +79,7 @@ void check_targets(const char* op, const Tensor& target, std::int64_t rows, std:
   std::int64_t c = 0;
   TF_CUDA_CHECK(op, cudaMemcpyAsync(&c, t + i * ts, sizeof(c), cudaMemcpyDeviceToHost, stream()));
   TF_CUDA_CHECK(op, cudaStreamSynchronize(stream()));
-  fail(op, ": target ", c, " of row ", i, " is out of range for ", classes,
-       " classes (expected 0 <= target < ", classes, " or the ignore_index ", ignore_index, ")");
+  fail_target_out_of_range(op, c, i, classes, ignore_index);
 }
 
 }  // namespace
@@ -103,17 +89,8 @@ void check_targets(const char* op, const Tensor& target, std::int64_t rows, std:
 void CudaBackend::nll_loss(const Tensor& log_probs, const Tensor& target, std::int64_t ignore_index,
                            const Tensor& loss) {
   const char* op = "nll_loss";
-  TF_CHECK(log_probs.defined() && log_probs.dim() == 2 && log_probs.is_contiguous(),
-           "nll_loss: expected contiguous log-probabilities [N, C], got ",
-           log_probs.defined() ? shape_str(log_probs.shape()) : "an undefined Tensor");
-  check_cuda(op, "the log-probabilities", log_probs);
+  check_nll_loss_args(log_probs, target, loss, *this);
   const std::int64_t n = log_probs.size(0), c = log_probs.size(1);
-  TF_CHECK(loss.defined() && loss.shape() == Shape{n}, "nll_loss: expected a loss of shape [", n,
-           "], got ", loss.defined() ? shape_str(loss.shape()) : "an undefined Tensor");
-  check_dtype(op, "the loss", loss, log_probs.dtype());
-  check_cuda(op, "the loss", loss);
-  // The dtype is checked before the targets so that a bad dtype costs no device round trip.
-  dispatch_floating(log_probs.dtype(), op, [](auto) {});
   check_targets(op, target, n, c, ignore_index);
   if (n == 0) return;
   dispatch_floating(log_probs.dtype(), op, [&](auto tag) {
@@ -130,17 +107,8 @@ void CudaBackend::nll_loss(const Tensor& log_probs, const Tensor& target, std::i
 void CudaBackend::nll_loss_backward(const Tensor& grad_loss, const Tensor& target,
                                     std::int64_t ignore_index, const Tensor& out) {
   const char* op = "nll_loss_backward";
-  TF_CHECK(out.defined() && out.dim() == 2 && out.is_contiguous(),
-           "nll_loss_backward: expected a contiguous output [N, C], got ",
-           out.defined() ? shape_str(out.shape()) : "an undefined Tensor");
-  check_cuda(op, "the output", out);
+  check_nll_loss_backward_args(grad_loss, target, out, *this);
   const std::int64_t n = out.size(0), c = out.size(1);
-  TF_CHECK(grad_loss.defined() && grad_loss.shape() == Shape{n},
-           "nll_loss_backward: expected a gradient of shape [", n, "], got ",
-           grad_loss.defined() ? shape_str(grad_loss.shape()) : "an undefined Tensor");
-  check_dtype(op, "the gradient", grad_loss, out.dtype());
-  check_cuda(op, "the gradient", grad_loss);
-  dispatch_floating(out.dtype(), op, [](auto) {});
   check_targets(op, target, n, c, ignore_index);
   if (out.numel() == 0) return;
   dispatch_floating(out.dtype(), op, [&](auto tag) {

@@ -55,43 +55,26 @@ Allocator& ReferenceBackend::allocator() {
   return allocator;
 }
 
-// The dtypes the CPU backend takes, so that the two reject the same calls; where the CPU runs
-// bfloat16 (matrix products) the reference reads it too, widened to double.
+// Every dtype the loops can read and write (all of them go through double), by what each op
+// means: floating-only math, integer-or-floating arithmetic, and data movement for any dtype.
 bool ReferenceBackend::supports(Op op, DType dtype) const {
-  const bool f32_f64 = dtype == DType::float32 || dtype == DType::float64;
   switch (op) {
     case Op::fill:
     case Op::copy:
-    case Op::random:
+    case Op::random:  // normal and uniform check for a floating dtype themselves
+    case Op::binary:
+    case Op::where:
+    case Op::index_select:
       return true;
     case Op::arange:
       return dtype != DType::boolean;
     case Op::unary:
     case Op::reduce:
     case Op::max_dim:
-      return f32_f64 || dtype == DType::int64;
-    case Op::binary:
-    case Op::where:
-    case Op::index_select:
-      return dtype != DType::bfloat16;
-    case Op::matmul:
-      return f32_f64 || dtype == DType::bfloat16;
-    case Op::unary_backward:
-    case Op::softmax:
-    case Op::softmax_backward:
-    case Op::layer_norm:
-    case Op::layer_norm_backward:
-    case Op::nll_loss:
-    case Op::nll_loss_backward:
-    case Op::conv1d:
-    case Op::conv1d_backward:
-    case Op::pool1d:
-    case Op::pool1d_backward:
-    case Op::index_add:
-    case Op::adamw_step:
-      return f32_f64;
+      return is_floating(dtype) || dtype == DType::int64;
+    default:
+      return is_floating(dtype);
   }
-  return false;
 }
 
 void ReferenceBackend::memcpy(void* dst, Device, const void* src, Device, std::size_t bytes) {

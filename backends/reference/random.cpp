@@ -4,7 +4,6 @@
 // random draw has no independent "expected value": what the reference adds is the plainest
 // walk over the elements, one counter per element, no blocking and no threads.
 #include <cstdint>
-#include <type_traits>
 
 #include "backends/reference/element.h"
 #include "backends/reference/reference_backend.h"
@@ -14,24 +13,8 @@ namespace tinyformer::reference {
 
 namespace {
 
-// A double rounded to T (bfloat16 through float32), and back.
 template <typename T>
-struct Rounding {
-  static T round(double v) {
-    if constexpr (std::is_same_v<T, bfloat16>) {
-      return bfloat16(static_cast<float>(v));
-    } else {
-      return static_cast<T>(v);
-    }
-  }
-  static double widen(T v) {
-    if constexpr (std::is_same_v<T, double>) {
-      return v;
-    } else {
-      return static_cast<double>(static_cast<float>(v));
-    }
-  }
-};
+using Rounding = HostRounding<T>;
 
 // out[i] = sample number g % K of counter g / K, for g = offset + i.
 template <typename T, typename Sampler>
