@@ -80,7 +80,11 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double default_lr, double d
   check_weight_decay(name_, default_weight_decay);
   for (std::size_t g = 0; g < groups.size(); ++g) {
     Group group;
-    group.lr = groups[g].lr.value_or(default_lr);
+    const double scale = groups[g].lr_scale;
+    TF_CHECK(std::isfinite(scale) && scale > 0, name_, ": group ", g,
+             " expects a positive, finite lr_scale, got ", scale);
+    group.lr_scale = scale;
+    group.lr = groups[g].lr.value_or(default_lr) * scale;
     group.weight_decay = groups[g].weight_decay.value_or(default_weight_decay);
     check_lr(name_ + ": group " + std::to_string(g), group.lr);
     check_weight_decay(name_ + ": group " + std::to_string(g), group.weight_decay);
@@ -127,7 +131,7 @@ double Optimizer::lr(std::size_t group) const {
 
 void Optimizer::set_lr(double lr) {
   check_lr(name_ + "::set_lr", lr);
-  for (Group& g : groups_) g.lr = lr;
+  for (Group& g : groups_) g.lr = lr * g.lr_scale;
 }
 
 void Optimizer::set_lr(std::size_t group, double lr) {

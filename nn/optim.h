@@ -27,11 +27,14 @@
 namespace tinyformer::nn::optim {
 
 // Parameters that share a learning rate and weight decay. A group that leaves lr or
-// weight_decay unset takes the optimizer's value.
+// weight_decay unset takes the optimizer's value. lr_scale multiplies the group's learning rate
+// at construction and at every set_lr(lr) for all groups, so a schedule that sets one rate each
+// step keeps a group at its fraction of it (set_lr(group, lr) sets that group's rate as given).
 struct ParamGroup {
   std::vector<Tensor> params;
   std::optional<double> lr;
   std::optional<double> weight_decay;
+  double lr_scale = 1.0;
 };
 
 // Two groups, in this order: the parameters with dim >= 2 (weight matrices, embeddings,
@@ -65,7 +68,7 @@ class Optimizer {
   std::vector<Tensor> parameters() const;  // all groups, in index order
 
   double lr(std::size_t group = 0) const;
-  void set_lr(double lr);  // every group
+  void set_lr(double lr);  // every group: lr times the group's lr_scale
   void set_lr(std::size_t group, double lr);
   double weight_decay(std::size_t group = 0) const;
   void set_weight_decay(std::size_t group, double weight_decay);
@@ -107,6 +110,7 @@ class Optimizer {
     std::vector<std::size_t> indices;  // into params_
     double lr;
     double weight_decay;
+    double lr_scale;
   };
   const Group& group_at(std::size_t group, const char* op) const;
 

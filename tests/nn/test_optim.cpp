@@ -267,6 +267,48 @@ TEST_CASE("learning rate per group: get, set all, set one") {
   CHECK(m->b.to_vector<double>()[0] == b0[0] - 0.3);
 }
 
+TEST_CASE("lr_scale keeps a group at its fraction of every learning rate set for all groups") {
+  auto m = fixture_model();
+  optim::AdamW opt(
+      std::vector<optim::ParamGroup>{
+          {.params = {m->W}, .lr = {}, .weight_decay = {}},
+          {.params = {m->b}, .lr = {}, .weight_decay = 0.0, .lr_scale = 0.1}},
+      {.lr = 1e-2});
+  CHECK(opt.lr(0) == 1e-2);
+  CHECK(opt.lr(1) == doctest::Approx(1e-3).epsilon(1e-15));
+  // What a schedule does every step: one rate for all groups. The scaled group stays at a tenth
+  // (the trap this guards against: a plain set_lr(lr) would overwrite the smaller rate).
+  for (const double lr : {3e-3, 5e-4, 0.0}) {
+    opt.set_lr(lr);
+    CHECK(opt.lr(0) == lr);
+    CHECK(opt.lr(1) == doctest::Approx(lr * 0.1).epsilon(1e-15));
+  }
+  // set_lr(group, lr) sets that group's rate as given.
+  opt.set_lr(1, 0.25);
+  CHECK(opt.lr(1) == 0.25);
+  // The step uses the scaled rate: the first AdamW step moves each element by lr (its
+  // m / sqrt(v) is 1 for a constant gradient, up to eps), and the scaled group by a tenth of it.
+  opt.set_lr(2e-2);
+  m->W.set_grad(ones_like(m->W));
+  m->b.set_grad(ones_like(m->b));
+  const auto w0 = m->W.to_vector<double>();
+  const auto b0 = m->b.to_vector<double>();
+  opt.step();
+  const auto w1 = m->W.to_vector<double>();
+  const auto b1 = m->b.to_vector<double>();
+  // W also decays (AdamW's default weight decay, 1e-2): w0 (1 - lr wd) - lr.
+  CHECK(w1[0] == doctest::Approx(w0[0] * (1 - 2e-2 * 1e-2) - 2e-2).epsilon(1e-6));
+  CHECK(b1[0] == doctest::Approx(b0[0] - 2e-3).epsilon(1e-6));
+  // A scale that is not a positive finite number is an error.
+  for (const double bad : {0.0, -1.0, std::nan("")}) {
+    CHECK_THROWS_AS(optim::SGD(
+                        std::vector<optim::ParamGroup>{
+                            {.params = {m->W}, .lr = {}, .weight_decay = {}, .lr_scale = bad}},
+                        {.lr = 0.1}),
+                    Error);
+  }
+}
+
 TEST_CASE("parameters without a gradient are skipped and keep no state") {
   Tensor used = ones({3}, {.dtype = kFloat64, .requires_grad = true});
   Tensor unused = ones({2}, {.dtype = kFloat64, .requires_grad = true});
