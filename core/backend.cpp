@@ -104,8 +104,15 @@ std::string Backend::dtype_list(Op op) const {
 }
 
 void register_backend(BackendEntry entry) {
+  TF_CHECK(!entry.name.empty(), "register_backend: expected a name, got an empty one");
+  TF_CHECK(entry.get != nullptr, "register_backend: expected a getter for backend ", entry.name,
+           ", got none");
   Registry& r = registry();
   const std::lock_guard lock(r.mutex);
+  for (const BackendEntry& e : r.entries) {
+    TF_CHECK(e.name != entry.name, "register_backend: a backend named ", entry.name,
+             " is registered already (for ", type_name(e.device), " tensors)");
+  }
   r.entries.push_back(std::move(entry));
 }
 

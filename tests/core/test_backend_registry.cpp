@@ -214,6 +214,25 @@ TEST_CASE("registry: two primary backends for one device type are an Error") {
   CHECK_THROWS_AS(tf::device_available(kTwoPrimaries), tf::Error);
 }
 
+TEST_CASE("registry: an entry without a name or a getter, or under a taken name, is an Error") {
+  const auto entry = [](const char* name, tf::Backend& (*get)()) {
+    return tf::BackendEntry{
+        .name = name, .device = kFakeDevice, .get = get, .primary = false, .available = nullptr};
+  };
+  const std::string unnamed =
+      error_of([&] { tf::register_backend(entry("", &fake_on_fake_device)); });
+  CHECK(contains(unnamed, "register_backend: expected a name"));
+  const std::string no_getter =
+      error_of([&] { tf::register_backend(entry("test-no-getter", nullptr)); });
+  CHECK(contains(no_getter, "expected a getter for backend test-no-getter"));
+  const std::string taken =
+      error_of([&] { tf::register_backend(entry("cpu", &fake_on_fake_device)); });
+  CHECK(contains(taken, "a backend named cpu is registered already (for cpu tensors)"));
+  // None of them entered the registry.
+  CHECK(tf::find_backend("test-no-getter") == nullptr);
+  CHECK(tf::find_backend("cpu") == &tf::backend(tf::Device::cpu()));
+}
+
 TEST_CASE("registry: the profiler wraps each backend once") {
   Backend& plain = tf::backend(tf::Device::cpu());
   tf::Profiler profiler;

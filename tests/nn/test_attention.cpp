@@ -44,6 +44,8 @@ TEST_CASE("future_mask marks the keys causal attention excludes") {
   CHECK(future_mask(3, 4).to_vector<bool>() == std::vector<bool>{false, true, true, true,   //
                                                                  false, false, true, true,  //
                                                                  false, false, false, true});
+  CHECK_THROWS_WITH_AS(future_mask(-1, 4), "future_mask: expected non-negative sizes, got -1 x 4",
+                       Error);
 }
 
 TEST_CASE("fused attention equals the textbook composition, forward and backward") {
