@@ -32,6 +32,14 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
                  "Linformer: which projection matrices are shared between heads and layers")
       ->check(CLI::IsMember({"none", "headwise", "key-value", "layerwise"}))
       ->capture_default_str();
+  app.add_option("--projection-init", f.projection_init,
+                 "Linformer, linear kind: E starts as mean pooling or random N(0, 1/k)")
+      ->check(CLI::IsMember({"pooling", "normal"}))
+      ->capture_default_str();
+  app.add_option("--projection-lr-scale", f.projection_lr_scale,
+                 "Linformer, linear kind: E's learning rate as a fraction of --lr")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--layers", f.layers, "Encoder layers")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -220,6 +228,9 @@ nn::EncoderConfig encoder_config(const ModelFlags& f, std::int64_t seq_len) {
     if (!f.k_schedule.empty()) config.linformer.k_per_layer = k_schedule(f.k_schedule, f.layers);
     config.linformer.projection_name = f.projection;
     config.linformer.sharing = sharing(f.sharing);
+    config.linformer.projection_init =
+        f.projection_init == "normal" ? nn::ProjectionInit::normal : nn::ProjectionInit::pooling;
+    config.linformer.projection_lr_scale = f.projection_lr_scale;
   } else if (f.attention != "full") {
     throw UsageError("--attention: unknown kind '" + f.attention + "'; use full or linformer");
   }
@@ -245,8 +256,14 @@ std::string describe(const nn::EncoderConfig& c) {
   }
   // Sharing applies to the learned matrices E and F of the linear kind only.
   const bool linear = c.linformer.projection_name == "linear";
-  return text + "Linformer k=" + ks + " (" + c.linformer.projection_name + " projection" +
-         (linear ? std::string(", ") + nn::sharing_name(c.linformer.sharing) + " sharing" : "") +
+  std::string recipe;
+  if (linear) {
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%g", c.linformer.projection_lr_scale);
+    recipe = std::string(", ") + nn::sharing_name(c.linformer.sharing) + " sharing, " +
+             nn::projection_init_name(c.linformer.projection_init) + " start, lr x" + scale;
+  }
+  return text + "Linformer k=" + ks + " (" + c.linformer.projection_name + " projection" + recipe +
          ")";
 }
 
@@ -298,6 +315,10 @@ Metadata model_metadata(const ModelFlags& f) {
     put(m, "config.k", f.k_schedule.empty() ? std::to_string(f.k) : f.k_schedule);
     put(m, "config.projection", f.projection);
     put(m, "config.sharing", f.sharing);
+    if (f.projection == "linear") {
+      put(m, "config.projection-init", f.projection_init);
+      put(m, "config.projection-lr-scale", f.projection_lr_scale);
+    }
   }
   put(m, "config.layers", f.layers);
   put(m, "config.d-model", f.d_model);

@@ -28,6 +28,8 @@ struct ModelFlags {
   std::string k_schedule;  // "", "linear:k0,step,kmin", "geometric:k0,ratio,kmin" or "128,96,64"
   std::string projection = "linear";
   std::string sharing = "headwise";
+  std::string projection_init = "pooling";  // the linear kind's start: pooling | normal
+  double projection_lr_scale = 0.1;         // the linear kind's fraction of the learning rate
   std::int64_t layers = 2;
   std::int64_t d_model = 128;
   std::int64_t heads = 4;

@@ -222,10 +222,22 @@ nn::Metadata run_metadata(const Options& o, const nn::EncoderConfig& config, con
   train::put(meta, "data.fingerprint", fingerprint(data.train));
   return meta;
 }
-const std::vector<std::string> kMustMatch = {
-    "config.attention", "config.k",     "config.projection", "config.sharing",     "config.layers",
-    "config.d-model",   "config.heads", "config.d-ff",       "config.max-seq-len", "config.pooling",
-    "config.batch",     "config.seed",  "data.examples",     "data.fingerprint"};
+const std::vector<std::string> kMustMatch = {"config.attention",
+                                             "config.k",
+                                             "config.projection",
+                                             "config.sharing",
+                                             "config.layers",
+                                             "config.projection-init",
+                                             "config.projection-lr-scale",
+                                             "config.d-model",
+                                             "config.heads",
+                                             "config.d-ff",
+                                             "config.max-seq-len",
+                                             "config.pooling",
+                                             "config.batch",
+                                             "config.seed",
+                                             "data.examples",
+                                             "data.fingerprint"};
 
 void print_setup(const Options& o, const nn::EncoderConfig& config, const Splits& data,
                  const nn::SequenceClassifier& model, Device device, const nn::TrainingRun& run) {

@@ -294,12 +294,16 @@ nn::Metadata run_metadata(const Options& o, const nn::EncoderConfig& config, con
   train::put(meta, "data.fingerprint", fingerprint(data.corpus.split.train));
   return meta;
 }
-const std::vector<std::string> kMustMatch = {
-    "config.attention", "config.k",         "config.projection",   "config.sharing",
-    "config.layers",    "config.d-model",   "config.heads",        "config.d-ff",
-    "config.positions", "config.mask-prob", "config.seq-len",      "config.max-seq-len",
-    "config.batch",     "config.seed",      "config.val-fraction", "data.bytes",
-    "data.fingerprint"};
+const std::vector<std::string> kMustMatch = {"config.attention",       "config.k",
+                                             "config.projection",      "config.sharing",
+                                             "config.projection-init", "config.projection-lr-scale",
+                                             "config.layers",          "config.d-model",
+                                             "config.heads",           "config.d-ff",
+                                             "config.positions",       "config.mask-prob",
+                                             "config.seq-len",         "config.max-seq-len",
+                                             "config.batch",           "config.seed",
+                                             "config.val-fraction",    "data.bytes",
+                                             "data.fingerprint"};
 
 void print_setup(const Options& o, const nn::EncoderConfig& config, const Data& data,
                  const nn::MaskedLM& model, Device device, const nn::data::Loader& loader,

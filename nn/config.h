@@ -30,6 +30,10 @@ struct LinformerConfig {
   // A registered projection kind by name (see register_projection); overrides `projection`.
   std::string projection_name = "";
   Sharing sharing = Sharing::headwise;
+  // The learned linear kind's recipe (ProjectionSpec; docs/linformer.md, "Learning E"): E starts
+  // as mean pooling and learns at projection_lr_scale times the learning rate, undecayed.
+  ProjectionInit projection_init = ProjectionInit::pooling;
+  double projection_lr_scale = 0.1;
 };
 
 // k_l = max(k_min, k0 - l * step) for l = 0 .. layers-1.

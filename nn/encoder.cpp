@@ -50,7 +50,9 @@ TransformerEncoder::TransformerEncoder(const EncoderConfig& config) : config_(co
       const ProjectionSpec ps{.k = layer_k(lin, l),
                               .max_seq_len = config.max_seq_len,
                               .head_dim = head_dim,
-                              .heads = lin.sharing == Sharing::none ? config.heads : 1};
+                              .heads = lin.sharing == Sharing::none ? config.heads : 1,
+                              .init = lin.projection_init,
+                              .lr_scale = lin.projection_lr_scale};
       std::shared_ptr<Projection> key, value;
       switch (lin.sharing) {
         case Sharing::none:

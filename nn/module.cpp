@@ -2,6 +2,7 @@
 #include "nn/module.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <sstream>
 
@@ -43,6 +44,17 @@ Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
   return tensor;
 }
 
+void Module::set_param_options(const std::string& name, const ParamOptions& options) {
+  const bool known = std::any_of(parameters_.begin(), parameters_.end(),
+                                 [&](const auto& entry) { return entry.first == name; });
+  TF_CHECK(known, "Module::set_param_options: \"", name, "\" is not a parameter of this ",
+           type_name());
+  TF_CHECK(std::isfinite(options.lr_scale) && options.lr_scale > 0,
+           "Module::set_param_options: expected a positive, finite lr_scale for \"", name,
+           "\", got ", options.lr_scale);
+  param_options_[name] = options;
+}
+
 void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
   check_name(name, "module");
   check_unique(children_, name, "module");
@@ -68,6 +80,23 @@ StateDict Module::named_parameters(bool recurse) const {
   StateDict out;
   std::vector<const TensorImpl*> seen;
   collect("", recurse, false, out, seen);
+  return out;
+}
+
+std::vector<std::pair<Tensor, ParamOptions>> Module::parameters_with_options() const {
+  std::vector<std::pair<Tensor, ParamOptions>> out;
+  std::vector<const TensorImpl*> seen;
+  // Depth first in registration order, like collect(), so the order is parameters()'s.
+  auto walk = [&](const Module& m, auto& self) -> void {
+    for (const auto& [name, t] : m.parameters_) {
+      if (std::find(seen.begin(), seen.end(), t.impl()) != seen.end()) continue;
+      seen.push_back(t.impl());
+      auto it = m.param_options_.find(name);
+      out.emplace_back(t, it == m.param_options_.end() ? ParamOptions{} : it->second);
+    }
+    for (const auto& [name, child] : m.children_) self(*child, self);
+  };
+  walk(*this, walk);
   return out;
 }
 

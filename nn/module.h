@@ -12,6 +12,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -24,6 +25,14 @@ namespace tinyformer::nn {
 // Name -> tensor, in registration order (sorted by name would scramble layer order).
 using StateDict = std::vector<std::pair<std::string, Tensor>>;
 
+// How a module asks the optimizer to treat one of its parameters by default; optim::decay_groups
+// reads it. lr_scale multiplies the learning rate; decay, when set, overrides the rule that
+// matrices are decayed and vectors are not.
+struct ParamOptions {
+  double lr_scale = 1.0;
+  std::optional<bool> decay;
+};
+
 class Module : public std::enable_shared_from_this<Module> {
  public:
   virtual ~Module() = default;
@@ -31,6 +40,8 @@ class Module : public std::enable_shared_from_this<Module> {
   // The returned handle shares the registered tensor: updating one updates the other.
   Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
   Tensor register_buffer(const std::string& name, Tensor tensor);
+  // Sets the options of this module's parameter `name` (registered already).
+  void set_param_options(const std::string& name, const ParamOptions& options);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     add_child(name, module);
@@ -41,6 +52,8 @@ class Module : public std::enable_shared_from_this<Module> {
   // (tied weights, shared projections) is listed once, under its first name.
   std::vector<Tensor> parameters(bool recurse = true) const;
   StateDict named_parameters(bool recurse = true) const;
+  // parameters() with each one's options (the defaults where none were set).
+  std::vector<std::pair<Tensor, ParamOptions>> parameters_with_options() const;
   StateDict named_buffers(bool recurse = true) const;
   std::vector<std::shared_ptr<Module>> children() const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
@@ -80,6 +93,7 @@ class Module : public std::enable_shared_from_this<Module> {
   void print(std::ostream& os, const std::string& name, int indent) const;
 
   std::vector<std::pair<std::string, Tensor>> parameters_;
+  std::map<std::string, ParamOptions> param_options_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;

@@ -63,12 +63,22 @@ Tensor copy_like(const Tensor& src, const Tensor& like) {
 
 std::vector<ParamGroup> decay_groups(const Module& module, double weight_decay) {
   check_weight_decay("decay_groups", weight_decay);
-  ParamGroup decay{.params = {}, .lr = {}, .weight_decay = weight_decay};
-  ParamGroup no_decay{.params = {}, .lr = {}, .weight_decay = 0.0};
-  for (const Tensor& p : module.parameters()) {
-    (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+  std::vector<ParamGroup> groups = {{.params = {}, .lr = {}, .weight_decay = weight_decay},
+                                    {.params = {}, .lr = {}, .weight_decay = 0.0}};
+  for (const auto& [p, options] : module.parameters_with_options()) {
+    const bool decay = options.decay.value_or(p.dim() >= 2);
+    const double wd = decay ? weight_decay : 0.0;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const ParamGroup& g) {
+      return g.weight_decay == wd && g.lr_scale == options.lr_scale &&
+             (&g - groups.data() >= 2 || (&g - groups.data() == 0) == decay);
+    });
+    if (it == groups.end()) {
+      groups.push_back({.params = {}, .lr = {}, .weight_decay = wd, .lr_scale = options.lr_scale});
+      it = groups.end() - 1;
+    }
+    it->params.push_back(p);
   }
-  return {std::move(decay), std::move(no_decay)};
+  return groups;
 }
 
 // --- Optimizer ---

@@ -37,9 +37,13 @@ struct ParamGroup {
   double lr_scale = 1.0;
 };
 
-// Two groups, in this order: the parameters with dim >= 2 (weight matrices, embeddings,
-// convolution kernels) with `weight_decay`, and the rest (biases, LayerNorm weights and
-// biases) with none. Decaying a gain or a shift towards zero only fights normalisation.
+// The default groups. First two, in this order: the parameters with dim >= 2 (weight matrices,
+// embeddings, convolution kernels) with `weight_decay`, and the rest (biases, LayerNorm weights
+// and biases) with none. Decaying a gain or a shift towards zero only fights normalisation.
+// Then one group for each other combination of decay and lr_scale that a module asked for
+// through ParamOptions (Module::set_param_options), in the order first met: the linear
+// Linformer projection's E, for one, learns at a tenth of the rate and is not decayed
+// (docs/linformer.md). The first two groups exist even when empty.
 std::vector<ParamGroup> decay_groups(const Module& module, double weight_decay);
 
 // The base class: groups, per-parameter state, step() and the state dict.

@@ -9,10 +9,15 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "nn/init.h"
 
 namespace tinyformer::nn {
+
+const char* projection_init_name(ProjectionInit init) {
+  return init == ProjectionInit::pooling ? "pooling" : "normal";
+}
 
 const char* projection_name(ProjectionKind kind) {
   switch (kind) {
@@ -156,8 +161,26 @@ std::vector<std::string> projection_names() {
 
 LinearProjection::LinearProjection(const ProjectionSpec& spec) {
   check_spec(spec, "LinearProjection");
+  TF_CHECK(std::isfinite(spec.lr_scale) && spec.lr_scale > 0,
+           "LinearProjection: expected a positive, finite lr_scale, got ", spec.lr_scale);
   weight = register_parameter("weight", empty({spec.heads, spec.k, spec.max_seq_len}));
-  init::normal_(weight, 0.0, 1.0 / std::sqrt(static_cast<double>(spec.k)));
+  if (spec.init == ProjectionInit::normal) {
+    init::normal_(weight, 0.0, 1.0 / std::sqrt(static_cast<double>(spec.k)));
+  } else {
+    // Row i averages window i of the full length, as mean pooling at n = max_seq_len does.
+    std::vector<double> e(static_cast<std::size_t>(spec.k * spec.max_seq_len), 0.0);
+    for (std::int64_t i = 0; i < spec.k; ++i) {
+      const auto [start, end] = pool_window(i, spec.max_seq_len, spec.k);
+      for (std::int64_t j = start; j < end; ++j) {
+        e[static_cast<std::size_t>(i * spec.max_seq_len + j)] =
+            1.0 / static_cast<double>(end - start);
+      }
+    }
+    raw::copy(from(e, {1, spec.k, spec.max_seq_len}).to(weight.dtype()).expand(weight.shape()),
+              weight);
+  }
+  // E's entries are averaging weights of order 1/w; Adam's steps of order lr would swamp them.
+  set_param_options("weight", {.lr_scale = spec.lr_scale, .decay = false});
 }
 
 Tensor LinearProjection::forward(const Tensor& x) const {
@@ -168,6 +191,30 @@ Tensor LinearProjection::forward(const Tensor& x) const {
   Tensor e = weight.narrow(2, 0, n);
   if (weight.size(0) == 1) e = e.select(0, 0);
   return matmul(e, x);
+}
+
+Projected LinearProjection::project(const Tensor& x, const Tensor& key_padding_mask) const {
+  Tensor rows = forward(x);
+  check_padding_mask(key_padding_mask, x, "LinearProjection");
+  const std::int64_t b = x.size(0), n = x.size(2), k = weight.size(1);
+  NoGradGuard no_grad;
+  // support[i, j] = 1 where some head's E[i, j] is not 0: [k, n]. A row covers a sequence's
+  // real positions when its support meets them.
+  const TensorOptions like_x{.dtype = x.dtype(), .device = x.device()};
+  Tensor support =
+      ne(sum(abs(weight.narrow(2, 0, n)), {0}), scalar_tensor(0.0, like_x)).to(x.dtype());
+  Tensor covered;  // [B, k] or [k]: real positions in each row's support
+  if (key_padding_mask.defined()) {
+    Tensor real = sub(scalar_tensor(1.0, like_x), key_padding_mask.to(x.dtype()));
+    covered = matmul(real, support.transpose(0, 1));
+  } else {
+    covered = sum(support, {1});
+  }
+  Tensor empty_rows = eq(covered, scalar_tensor(0.0, like_x));
+  if (sum(empty_rows.to(DType::float64)).to(Device::cpu()).item<double>() == 0) {
+    return {rows, Tensor()};
+  }
+  return {rows, key_padding_mask.defined() ? empty_rows : empty_rows.unsqueeze(0).expand({b, k})};
 }
 
 std::string LinearProjection::extra_repr() const {

@@ -4,8 +4,13 @@
 //
 // Every kind returns exactly k rows for every n <= max_seq_len. A sequence's real positions are
 // those its key-padding mask leaves false (all n without a mask); m is their number.
-// - linear: x' = E[:, :n] x with a learned E in R^{k x max_seq_len} (N(0, 1/k) initially).
-//   Padded rows arrive zeroed, so they add nothing; no summary row is ever empty.
+// - linear: x' = E[:, :n] x with a learned E in R^{k x max_seq_len}. By default E starts as
+//   mean pooling over max_seq_len (row i averages pool_window(i, max_seq_len, k)) and learns at
+//   a tenth of the learning rate without weight decay (ProjectionSpec::init and lr_scale;
+//   docs/linformer.md, "Learning E"); ProjectionInit::normal starts it at N(0, 1/k). Padded
+//   rows arrive zeroed, so they add nothing. A summary row whose weights over a sequence's real
+//   positions are all exactly zero covers none of them and is reported empty (with the pooling
+//   start, the rows whose windows lie beyond a short sequence).
 // - mean / max pooling: windows over the real positions of each sequence, like adaptive
 //   pooling. For m >= k, window i holds real positions floor(i m / k) .. ceil((i + 1) m / k) - 1
 //   (never empty; neighbouring windows may share a row); for m < k, window i holds real
@@ -60,6 +65,11 @@ class Projection : public Module {
 // covers in a sequence of m real positions; start == end for an empty window.
 std::pair<std::int64_t, std::int64_t> pool_window(std::int64_t i, std::int64_t m, std::int64_t k);
 
+// How a learned projection's weights start: as mean pooling over max_seq_len's windows, or
+// random (the linear kind: N(0, 1/k), the paper's fairseq code's scale).
+enum class ProjectionInit { pooling, normal };
+const char* projection_init_name(ProjectionInit init);  // "pooling", "normal"
+
 // What a projection is built from.
 struct ProjectionSpec {
   std::int64_t k = 0;
@@ -67,6 +77,10 @@ struct ProjectionSpec {
   std::int64_t head_dim = 0;
   // Number of separate matrices across heads: heads for sharing "none", 1 when heads share.
   std::int64_t heads = 1;
+  // The linear kind's recipe: its start, and the fraction of the learning rate its E gets from
+  // an optimizer built with optim::decay_groups (which also leaves E undecayed).
+  ProjectionInit init = ProjectionInit::pooling;
+  double lr_scale = 0.1;
 };
 
 enum class ProjectionKind { linear, mean_pool, max_pool, conv, identity };
@@ -82,6 +96,7 @@ class LinearProjection : public Projection {
  public:
   explicit LinearProjection(const ProjectionSpec& spec);
   Tensor forward(const Tensor& x) const override;
+  Projected project(const Tensor& x, const Tensor& key_padding_mask) const override;
   std::int64_t k() const override { return weight.size(1); }
   std::string type_name() const override { return "LinearProjection"; }
   std::string extra_repr() const override;

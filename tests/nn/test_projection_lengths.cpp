@@ -56,6 +56,12 @@ std::set<std::int64_t> expected_empty(const std::string& kind, std::int64_t m, s
   std::set<std::int64_t> empty;
   if (kind == "mean" || kind == "max") {
     for (std::int64_t i = m; i < k; ++i) empty.insert(i);  // m < k: rows m .. k-1
+  } else if (kind == "linear") {
+    // The default start: row i of E averages pool_window(i, max_seq_len, k), computed here as
+    // the adaptive-pooling boundaries, so it covers a real position iff it starts before m.
+    for (std::int64_t i = 0; i < k; ++i) {
+      if (i * max_seq_len / k >= m) empty.insert(i);
+    }
   } else if (kind == "conv") {
     const std::int64_t w = (max_seq_len + k - 1) / k;
     for (std::int64_t i = 0; i < k; ++i) {
