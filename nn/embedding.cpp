@@ -35,10 +35,13 @@ Tensor add_positions(const Tensor& x, const Tensor& table, const char* op) {
 }
 }  // namespace
 
-LearnedPositionalEncoding::LearnedPositionalEncoding(std::int64_t max_len, std::int64_t dim) {
+LearnedPositionalEncoding::LearnedPositionalEncoding(std::int64_t max_len, std::int64_t dim,
+                                                     double std) {
   TF_CHECK(max_len > 0 && dim > 0, "LearnedPositionalEncoding: expected positive sizes");
+  TF_CHECK(std::isfinite(std) && std >= 0,
+           "LearnedPositionalEncoding: expected a finite, non-negative std, got ", std);
   weight = register_parameter("weight", empty({max_len, dim}));
-  init::normal_(weight, 0.0, 0.02);
+  init::normal_(weight, 0.0, std);
 }
 
 Tensor LearnedPositionalEncoding::forward(const Tensor& x) const {

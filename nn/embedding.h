@@ -17,10 +17,14 @@ class Embedding : public Module {
   Tensor weight;
 };
 
-// Adds a learned vector per position: x [B, n, d] -> x + P[:n]. P: [max_len, d] ~ N(0, 0.02^2).
+// Adds a learned vector per position: x [B, n, d] -> x + P[:n]. P: [max_len, d] ~ N(0, std^2).
+// The default std, 0.1, is five times the token embeddings' 0.02 (TokenEncoder): attention must
+// tell positions apart before it can learn to look at neighbours, and with positions as small
+// as the tokens byte-level masked-LM pretraining sat near the unigram baseline for 1,500 to
+// more than 3,000 steps depending on the seed (docs/linformer.md, "Learning E").
 class LearnedPositionalEncoding : public Module {
  public:
-  LearnedPositionalEncoding(std::int64_t max_len, std::int64_t dim);
+  LearnedPositionalEncoding(std::int64_t max_len, std::int64_t dim, double std = 0.1);
   Tensor forward(const Tensor& x) const;
   std::string type_name() const override { return "LearnedPositionalEncoding"; }
 

@@ -71,13 +71,14 @@ void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
   {
     std::ofstream gp(script);
     TF_CHECK(gp.is_open(), "plot_logs: cannot write ", script.string());
-    gp << "set terminal pngcairo size 1400,560 font ',10'\n"
+    gp << "set terminal pngcairo size 1400,560 font ',10' noenhanced\n"
        << "set output " << gp_quote(tmp_png) << "\n"
        << "set datafile separator ','\nset datafile columnheaders\n"
        << "set grid\nset key top right\nset xlabel 'step'\n"
        << "set multiplot layout 1,2\n"
        << "set title 'training loss'\nset ylabel 'loss (nats)'\n";
-    // gnuplot cycles through 8 colours; later runs get dashed lines so no two curves look alike.
+    // Run names and titles are plain text: noenhanced keeps "train_mlm" from showing "mlm" as
+    // a subscript. gnuplot cycles through 8 colours; later runs get dashed lines so no two curves look alike.
     auto plot = [&](const std::string& column, const char* style) {
       gp << "plot ";
       for (std::size_t i = 0; i < csvs.size(); ++i) {

@@ -55,6 +55,23 @@ TEST_CASE("LayerNorm, FeedForward, Embedding, position encodings: gradients") {
   CHECK_THROWS_WITH_AS(pos.forward(randn({1, 7, 3})), doctest::Contains("max_len"), Error);
 }
 
+TEST_CASE("Learned positions start at N(0, 0.1^2), or at the std given") {
+  manual_seed(11);
+  auto sample_std = [](const Tensor& t) {
+    const auto v = t.to_vector<float>();
+    double s = 0, s2 = 0;
+    for (float x : v) s += x, s2 += static_cast<double>(x) * x;
+    const double n = static_cast<double>(v.size());
+    return std::sqrt(s2 / n - (s / n) * (s / n));
+  };
+  CHECK(sample_std(nn::LearnedPositionalEncoding(512, 64).weight) ==
+        doctest::Approx(0.1).epsilon(0.02));
+  CHECK(sample_std(nn::LearnedPositionalEncoding(512, 64, 0.02).weight) ==
+        doctest::Approx(0.02).epsilon(0.02));
+  CHECK_THROWS_WITH_AS(nn::LearnedPositionalEncoding(4, 4, -1.0),
+                       doctest::Contains("non-negative std"), Error);
+}
+
 TEST_CASE("Sinusoidal position encoding values") {
   nn::SinusoidalPositionalEncoding pe(10, 4);
   Tensor out = pe.forward(zeros({1, 10, 4}));
