@@ -65,7 +65,10 @@ std::vector<ParamGroup> decay_groups(const Module& module, double weight_decay) 
   check_weight_decay("decay_groups", weight_decay);
   std::vector<ParamGroup> groups = {{.params = {}, .lr = {}, .weight_decay = weight_decay},
                                     {.params = {}, .lr = {}, .weight_decay = 0.0}};
-  for (const auto& [p, options] : module.parameters_with_options()) {
+  for (const auto& entry : module.parameters_with_options()) {
+    // Not a structured binding: clang 14 (the fuzzing build) cannot capture one in a lambda.
+    const Tensor& p = entry.first;
+    const auto& options = entry.second;
     const bool decay = options.decay.value_or(p.dim() >= 2);
     const double wd = decay ? weight_decay : 0.0;
     auto it = std::find_if(groups.begin(), groups.end(), [&](const ParamGroup& g) {

@@ -279,10 +279,15 @@ Entry parse_entry(const std::string& name, const json& value, std::uint64_t data
   const json& shape = value["shape"];
   TF_CHECK(shape.is_array(), where, ": ", what, ": shape must be an array, got ", shape.dump());
   std::uint64_t bytes = element_size(e.dtype);
+  // The product of the non-zero sizes, in bytes, must fit an int64 even when a zero makes the
+  // tensor empty: its strides are computed from those sizes.
+  std::uint64_t span = element_size(e.dtype);
+  constexpr auto kMaxInt64 = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
   for (const json& d : shape) {
     const std::uint64_t size = unsigned_at(d, where, what + ": each shape entry");
-    TF_CHECK(size <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
-                 !__builtin_mul_overflow(bytes, size, &bytes),
+    TF_CHECK(size <= kMaxInt64 && !__builtin_mul_overflow(bytes, size, &bytes) &&
+                 !__builtin_mul_overflow(span, std::max<std::uint64_t>(size, 1), &span) &&
+                 span <= kMaxInt64,
              where, ": ", what, ": the shape ", shape.dump(), " is too large");
     e.shape.push_back(static_cast<std::int64_t>(size));
   }
@@ -454,7 +459,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
       TF_CHECK(checksums.count(e.name), where, ": tensor \"", e.name,
                "\" has no checksum while other tensors have one (the header is corrupted)");
     }
-    for (const auto& [name, hash] : checksums) {
+    for (const auto& checksum : checksums) {
+      const std::string& name = checksum.first;
       TF_CHECK(std::any_of(entries.begin(), entries.end(),
                            [&](const Entry& e) { return e.name == name; }),
                where, ": a checksum names tensor \"", name,

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <utility>
 
@@ -152,8 +151,9 @@ TrainingRun::TrainingRun(TrainingRunOptions options, Module& model, optim::Optim
 
 TrainingRun::~TrainingRun() {
   if (!saved_handlers_) return;
-  if (saved_handlers_->interrupt_installed)
+  if (saved_handlers_->interrupt_installed) {
     ::sigaction(SIGINT, &saved_handlers_->interrupt, nullptr);
+  }
   if (saved_handlers_->terminate_installed) {
     ::sigaction(SIGTERM, &saved_handlers_->terminate, nullptr);
   }

@@ -27,8 +27,7 @@
 //     run.log_and_checkpoint();  // the CSV row and the periodic checkpoint, when due
 //   }
 //   run.finish();  // the last checkpoint
-//
-//   if (run.interrupted()) return run.exit_status();  // Ctrl-C: saved, 130
+//   if (run.interrupted()) return run.exit_status();  // Ctrl-C: saved, exit with 130
 //
 // A checkpoint holds the model, the optimizer and, as metadata, the run's configuration, the
 // step, the loader's position and the dropout generator's position: a resumed run continues

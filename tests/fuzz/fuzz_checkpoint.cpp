@@ -94,6 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                         *target.model, *target.optimizer, target.loader.get(), {});
     // A resumed run must be able to take its next step.
     if (run.running()) {
+      (void)target.loader->next();
       target.optimizer->zero_grad();
       sum(target.model->forward(ones({2, 3}))).backward();
       target.optimizer->step();

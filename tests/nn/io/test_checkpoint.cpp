@@ -301,6 +301,9 @@ TEST_CASE("malformed headers are Errors that say what is wrong") {
   check("{" + entry("a", "F32", "[2.0]", 0, 8) + "}", f8, "non-negative integer");
   check("{" + entry("a", "F32", "2", 0, 8) + "}", f8, "shape must be an array");
   check("{" + entry("a", "F32", "[4294967296,4294967296,4294967296]", 0, 8) + "}", f8, "too large");
+  // Empty, but strides of 2^62 * 2^62 elements would overflow.
+  check("{" + entry("a", "F32", "[0,4611686018427387904,4611686018427387904]", 0, 0) + "}", "",
+        "too large");
   check("{" + entry("", "F32", "[2]", 0, 8) + "}", f8, "empty name");
   check(R"({"a":{"dtype":"F32","shape":[2]}})", f8, "has no \"data_offsets\"");
   check(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", f8,
