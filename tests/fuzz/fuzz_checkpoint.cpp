@@ -16,14 +16,20 @@ namespace {
 
 Outcome outcome = Outcome::refused_by_safetensors;
 
-// One file per process, rewritten for every input: the readers take a path.
-const std::string& input_path() {
-  static const std::string path = [] {
+// One file per process, rewritten for every input (the readers take a path), removed at exit.
+struct InputFile {
+  std::string path;
+  InputFile() {
     const char* dir = std::getenv("TMPDIR");
-    return std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/tinyformer_fuzz_" +
+    path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/tinyformer_fuzz_" +
            std::to_string(::getpid()) + ".safetensors";
-  }();
-  return path;
+  }
+  ~InputFile() { ::unlink(path.c_str()); }
+};
+
+const std::string& input_path() {
+  static const InputFile file;
+  return file.path;
 }
 
 void write_input(const std::uint8_t* data, std::size_t size) {
