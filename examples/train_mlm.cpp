@@ -406,6 +406,8 @@ int main(int argc, char** argv) {
       run.log_and_checkpoint();  // the CSV row (--log-every) and the checkpoint when due
     }
     run.finish();  // saves the checkpoint
+    // Ctrl-C or SIGTERM ended the loop after a step: saved; exit with 130 or 143.
+    if (run.interrupted()) return run.exit_status();
 
     if (run.stopped_early()) {
       std::printf("stopped after step %lld (--stop-at); saved %s, continue with --resume\n",

@@ -167,7 +167,9 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
   for (const auto& [name, t] : own) {
     if (!given.count(name)) missing.push_back(name);
   }
-  for (const auto& [name, t] : state) {
+  for (const auto& entry : state) {
+    // Not a structured binding: clang 14 (the fuzzing build) cannot capture one in a lambda.
+    const std::string& name = entry.first;
     const bool known =
         std::any_of(own.begin(), own.end(), [&](const auto& e) { return e.first == name; });
     if (!known) unexpected.push_back(name);

@@ -65,7 +65,10 @@ std::vector<ParamGroup> decay_groups(const Module& module, double weight_decay) 
   check_weight_decay("decay_groups", weight_decay);
   std::vector<ParamGroup> groups = {{.params = {}, .lr = {}, .weight_decay = weight_decay},
                                     {.params = {}, .lr = {}, .weight_decay = 0.0}};
-  for (const auto& [p, options] : module.parameters_with_options()) {
+  for (const auto& entry : module.parameters_with_options()) {
+    // Not a structured binding: clang 14 (the fuzzing build) cannot capture one in a lambda.
+    const Tensor& p = entry.first;
+    const auto& options = entry.second;
     const bool decay = options.decay.value_or(p.dim() >= 2);
     const double wd = decay ? weight_decay : 0.0;
     auto it = std::find_if(groups.begin(), groups.end(), [&](const ParamGroup& g) {
@@ -259,11 +262,20 @@ void Optimizer::check_state_dict(const StateDict& state) const {
       if (field == "step" && counts_steps()) {
         TF_CHECK(t.numel() == 1 && t.dtype() == kInt64, op, ": \"", key,
                  "\" must be an int64 scalar, got ", describe(t));
-        TF_CHECK(t.item<std::int64_t>() >= 1, op, ": \"", key, "\" must be >= 1, got ",
-                 t.item<std::int64_t>());
+        TF_CHECK(t.item<std::int64_t>() >= 1 && t.item<std::int64_t>() <= kMaxStepCount, op, ": \"",
+                 key, "\" must lie in [1, ", kMaxStepCount, "], got ", t.item<std::int64_t>());
       } else if (std::find(buffers.begin(), buffers.end(), field) != buffers.end()) {
         TF_CHECK(is_floating(t.dtype()) && t.shape() == p.shape(), op, ": \"", key, "\" is ",
                  describe(t), ", parameter ", index, " is ", describe(p));
+        // A NaN or infinity here, or a negative second moment (whose square root Adam takes),
+        // would turn the parameter into NaN at the next step.
+        const bool non_negative = non_negative_buffer(field);
+        const std::vector<double> values = t.to_vector<double>();
+        for (std::size_t j = 0; j < values.size(); ++j) {
+          TF_CHECK(std::isfinite(values[j]) && (!non_negative || values[j] >= 0.0), op, ": \"", key,
+                   "\" element ", j, " is ", values[j], " (expected a finite",
+                   non_negative ? ", non-negative" : "", " value)");
+        }
       } else {
         std::string known = counts_steps() ? "step" : "";
         for (const auto& b : buffers) known += (known.empty() ? "" : ", ") + b;

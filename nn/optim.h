@@ -79,16 +79,23 @@ class Optimizer {
 
   // The step count of parameter `index` (0 before its first update; SGD counts none).
   std::int64_t step_count(std::size_t index) const;
+  // The largest step count a state dict may hold: 2^53, beyond which the count, read as the
+  // double of the bias correction, no longer grows by one each step (and far beyond any run).
+  static constexpr std::int64_t kMaxStepCount = std::int64_t{1} << 53;
 
   StateDict state_dict() const;
   // Throws an Error naming the first entry that does not fit this optimizer (unknown or missing
-  // names, another group layout, a shape that differs from the parameter's); changes nothing.
+  // names, another group layout, a shape that differs from the parameter's, a step count
+  // outside [1, kMaxStepCount], a non-finite buffer or a negative second moment); changes
+  // nothing.
   void check_state_dict(const StateDict& state) const;
   // check_state_dict, then replaces the whole state and the groups' lr and weight_decay. The
   // buffers are copied to each parameter's dtype and device.
   void load_state_dict(const StateDict& state);
 
   virtual std::string type_name() const = 0;
+  // Whether the state holds a step count per parameter (Adam, AdamW; not SGD).
+  virtual bool counts_steps() const = 0;
 
  protected:
   // What one parameter carries between steps.
@@ -100,9 +107,10 @@ class Optimizer {
   Optimizer(std::vector<ParamGroup> groups, double default_lr, double default_weight_decay,
             const std::string& name);
 
-  // The buffer names of an updated parameter's state, and whether it counts steps.
+  // The buffer names of an updated parameter's state.
   virtual std::vector<std::string> state_names() const = 0;
-  virtual bool counts_steps() const = 0;
+  // Whether the values of a buffer must be >= 0 (Adam's second moment); checked on load.
+  virtual bool non_negative_buffer(const std::string& /*name*/) const { return false; }
   // One parameter's update, called under NoGradGuard with a gradient of the parameter's shape,
   // dtype and device. Writes the new values into `param` in place.
   virtual void update(const Tensor& param, const Tensor& grad, ParamState& state, double lr,
@@ -142,11 +150,11 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, const SGDOptions& options = {});
   SGD(std::vector<ParamGroup> groups, const SGDOptions& options = {});
   std::string type_name() const override { return "SGD"; }
+  bool counts_steps() const override { return false; }
   const SGDOptions& options() const { return options_; }
 
  protected:
   std::vector<std::string> state_names() const override;
-  bool counts_steps() const override { return false; }
   void update(const Tensor& param, const Tensor& grad, ParamState& state, double lr,
               double weight_decay) override;
 
@@ -179,12 +187,13 @@ class Adam : public Optimizer {
   Adam(std::vector<Tensor> params, const AdamOptions& options = {});
   Adam(std::vector<ParamGroup> groups, const AdamOptions& options = {});
   std::string type_name() const override { return decoupled_ ? "AdamW" : "Adam"; }
+  bool counts_steps() const override { return true; }
   const AdamOptions& options() const { return options_; }
 
  protected:
   Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled);
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
-  bool counts_steps() const override { return true; }
+  bool non_negative_buffer(const std::string& name) const override { return name == "exp_avg_sq"; }
   void update(const Tensor& param, const Tensor& grad, ParamState& state, double lr,
               double weight_decay) override;
 

@@ -2,6 +2,7 @@
 #include "nn/data/loader.h"
 
 #include <algorithm>
+#include <charconv>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -19,6 +20,10 @@ std::string LoaderState::to_string() const {
 }
 
 LoaderState LoaderState::parse(const std::string& text) {
+  // Keys and values are separated by single spaces; other whitespace is not written and not
+  // read.
+  TF_CHECK(text.find_first_of("\t\n\r\v\f") == std::string::npos,
+           "LoaderState::parse: unexpected whitespace in '", text, "'");
   std::istringstream s(text);
   LoaderState state;
   bool seen[4] = {};
@@ -32,20 +37,23 @@ LoaderState LoaderState::parse(const std::string& text) {
     const std::string value = item.substr(eq + 1);
     const auto slot = std::find(keys, keys + 4, key) - keys;
     TF_CHECK(slot < 4, "LoaderState::parse: unknown key '", key, "' in '", text, "'");
-    std::size_t used = 0;
-    try {
-      if (slot == 2) {
-        // stoull would accept "-1" and wrap it around.
-        if (!value.empty() && value[0] != '-') state.seed = std::stoull(value, &used);
-      } else {
-        const std::int64_t v = std::stoll(value, &used);
-        (slot == 0 ? state.epoch : slot == 1 ? state.position : state.dataset_size) = v;
-      }
-    } catch (const std::logic_error&) {  // invalid_argument, out_of_range
-      used = 0;
+    TF_CHECK(!seen[slot], "LoaderState::parse: '", key, "' appears twice in '", text, "'");
+    // Plain decimal digits only (std::from_chars: no sign, no space, no exponent); every field
+    // is non-negative, and a "-1" must not wrap around to a huge seed.
+    const char* begin = value.data();
+    const char* end = begin + value.size();
+    bool ok = begin != end && *begin >= '0' && *begin <= '9';
+    if (ok && slot == 2) {
+      const auto [ptr, ec] = std::from_chars(begin, end, state.seed);
+      ok = ec == std::errc() && ptr == end;
+    } else if (ok) {
+      std::int64_t v = 0;
+      const auto [ptr, ec] = std::from_chars(begin, end, v);
+      ok = ec == std::errc() && ptr == end;
+      (slot == 0 ? state.epoch : slot == 1 ? state.position : state.dataset_size) = v;
     }
-    TF_CHECK(used == value.size() && used > 0, "LoaderState::parse: '", value,
-             "' is not a valid value for ", key, " in '", text, "'");
+    TF_CHECK(ok, "LoaderState::parse: '", value, "' is not a valid value for ", key, " in '", text,
+             "'");
     seen[slot] = true;
   }
   for (int i = 0; i < 4; ++i) {
@@ -54,6 +62,8 @@ LoaderState LoaderState::parse(const std::string& text) {
   }
   TF_CHECK(state.epoch >= 0 && state.position >= 0 && state.dataset_size > 0,
            "LoaderState::parse: negative or zero field in '", text, "'");
+  TF_CHECK(state.epoch <= kMaxEpoch, "LoaderState::parse: epoch ", state.epoch, " in '", text,
+           "' exceeds ", kMaxEpoch);
   return state;
 }
 
@@ -130,9 +140,11 @@ void Loader::load_state(const LoaderState& state) {
            state.seed, " but this loader has seed ", options_.seed);
   TF_CHECK(state.dataset_size == dataset_size_, "Loader::load_state: the state was saved for a ",
            "dataset of ", state.dataset_size, " examples, this loader has ", dataset_size_);
-  TF_CHECK(state.epoch >= 0 && state.position >= 0 && state.position <= dataset_size_,
-           "Loader::load_state: expected epoch >= 0 and 0 <= position <= ", dataset_size_,
-           ", got epoch ", state.epoch, " and position ", state.position);
+  TF_CHECK(state.epoch >= 0 && state.epoch <= LoaderState::kMaxEpoch && state.position >= 0 &&
+               state.position <= dataset_size_,
+           "Loader::load_state: expected 0 <= epoch <= ", LoaderState::kMaxEpoch,
+           " and 0 <= position <= ", dataset_size_, ", got epoch ", state.epoch, " and position ",
+           state.position);
   set_epoch(state.epoch);
   position_ = state.position;
 }

@@ -20,8 +20,11 @@ struct LoaderState {
   std::uint64_t seed = 0;
   std::int64_t dataset_size = 0;
 
-  // As checkpoint metadata: "epoch=2 position=64 seed=42 dataset_size=1000".
+  // As checkpoint metadata: "epoch=2 position=64 seed=42 dataset_size=1000". parse refuses a
+  // malformed text, a key given twice and an epoch above kMaxEpoch (a counter that far could
+  // overflow).
   std::string to_string() const;
+  static constexpr std::int64_t kMaxEpoch = std::int64_t{1} << 53;
   static LoaderState parse(const std::string& text);
   // As an int64 tensor [4] (epoch, position, seed's bits, dataset_size).
   Tensor to_tensor() const;

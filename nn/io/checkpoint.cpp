@@ -32,11 +32,14 @@ void save_checkpoint(const std::string& path, const Module& module,
 }
 
 Metadata load_checkpoint(const std::string& path, Module& module, optim::Optimizer* optimizer) {
-  const std::string where = "load_checkpoint: " + path;
-  SafetensorsFile file = load_safetensors(path);
+  return load_checkpoint(load_safetensors(path), path, module, optimizer);
+}
 
+Metadata load_checkpoint(const SafetensorsFile& file, const std::string& path, Module& module,
+                         optim::Optimizer* optimizer) {
+  const std::string where = "load_checkpoint: " + path;
   StateDict model_state, optim_state;
-  for (auto& [name, t] : file.tensors) {
+  for (const auto& [name, t] : file.tensors) {
     if (name.rfind("model.", 0) == 0) {
       model_state.emplace_back(name.substr(6), t);
     } else if (name.rfind("optim.", 0) == 0) {

@@ -26,5 +26,9 @@ void save_checkpoint(const std::string& path, const Module& module,
 // throws one Error naming the entry, and neither the module nor the optimizer changes.
 Metadata load_checkpoint(const std::string& path, Module& module,
                          optim::Optimizer* optimizer = nullptr);
+// The same from a file already read with load_safetensors (`path` names it in messages), so
+// that a caller can check its metadata first and load exactly the bytes it checked.
+Metadata load_checkpoint(const SafetensorsFile& file, const std::string& path, Module& module,
+                         optim::Optimizer* optimizer = nullptr);
 
 }  // namespace tinyformer::nn

@@ -9,9 +9,14 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <charconv>
+#include <climits>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
@@ -30,6 +35,36 @@ using ordered_json = nlohmann::ordered_json;
 // Far above any real header (a few hundred bytes per tensor), low enough that a corrupted length
 // cannot make us allocate gigabytes. Python's safetensors uses the same cap.
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+// The metadata key of a tensor's checksum is this prefix and the tensor's name.
+constexpr std::string_view kChecksumPrefix = "tinyformer.fnv1a64.";
+
+std::string hex64(std::uint64_t value) {
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(value));
+  return out;
+}
+
+// 16 lowercase hex digits, nothing else.
+bool parse_hex64(const std::string& text, std::uint64_t& value) {
+  if (text.size() != 16) return false;
+  for (char c : text) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, 16);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+// What kind of file a stat describes, for messages.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
 
 const char* safetensors_dtype(DType dtype) {
   switch (dtype) {
@@ -110,12 +145,44 @@ void read_all(int fd, void* data, std::size_t bytes, std::uint64_t offset,
   }
 }
 
+// Removes "<path>.tmp.<pid>" files whose process no longer exists: what a save killed
+// mid-write leaves behind. A live process's file (another run saving to the same path, or a
+// reused pid) is left alone, as is anything that is not a regular file.
+void remove_stale_temporaries(const std::string& path) {
+  const std::filesystem::path target(path);
+  std::filesystem::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  const std::string prefix = target.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    pid_t pid = 0;
+    const auto [rest, parse_ec] =
+        std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (parse_ec != std::errc() || rest != digits.data() + digits.size() || pid <= 0) continue;
+    if (pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    (void)::unlink(it->path().c_str());
+  }
+}
+
 // Writes `header` and the tensors' bytes to `path` through a temporary file and a rename.
 void write_atomically(const std::string& path, const std::string& header,
                       const std::vector<Tensor>& host, const std::string& where) {
+  remove_stale_temporaries(path);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  // O_NOFOLLOW and O_NONBLOCK: whatever is at the temporary name (a link, a FIFO) is not
+  // written through or waited on; a regular file there is ours (this pid) and is replaced.
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+               0644));
   TF_CHECK(fd.get() >= 0, where, ": cannot create ", tmp, ": ", errno_text());
+  struct stat st {};
+  TF_CHECK(::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode), where, ": ", tmp,
+           " is not a regular file");
   try {
     const std::uint64_t n = header.size();
     unsigned char length[8];
@@ -212,10 +279,15 @@ Entry parse_entry(const std::string& name, const json& value, std::uint64_t data
   const json& shape = value["shape"];
   TF_CHECK(shape.is_array(), where, ": ", what, ": shape must be an array, got ", shape.dump());
   std::uint64_t bytes = element_size(e.dtype);
+  // The product of the non-zero sizes, in bytes, must fit an int64 even when a zero makes the
+  // tensor empty: its strides are computed from those sizes.
+  std::uint64_t span = element_size(e.dtype);
+  constexpr auto kMaxInt64 = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
   for (const json& d : shape) {
     const std::uint64_t size = unsigned_at(d, where, what + ": each shape entry");
-    TF_CHECK(size <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
-                 !__builtin_mul_overflow(bytes, size, &bytes),
+    TF_CHECK(size <= kMaxInt64 && !__builtin_mul_overflow(bytes, size, &bytes) &&
+                 !__builtin_mul_overflow(span, std::max<std::uint64_t>(size, 1), &span) &&
+                 span <= kMaxInt64,
              where, ": ", what, ": the shape ", shape.dump(), " is too large");
     e.shape.push_back(static_cast<std::int64_t>(size));
   }
@@ -236,30 +308,81 @@ Entry parse_entry(const std::string& name, const json& value, std::uint64_t data
 
 }  // namespace
 
+std::uint64_t fnv1a64(const void* data, std::size_t bytes, std::uint64_t hash) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 0x100000001b3ULL;
+  return hash;
+}
+
+std::string check_file_path(const std::string& path, bool for_saving, const std::string& where) {
+  TF_CHECK(!path.empty(), where, ": an empty path");
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    TF_CHECK(errno == ENOENT, where, ": cannot stat: ", errno_text());
+    if (for_saving) {
+      std::filesystem::path dir = std::filesystem::path(path).parent_path();
+      if (dir.empty()) dir = ".";
+      TF_CHECK(::access(dir.c_str(), W_OK) == 0, where, ": cannot write to the directory '",
+               dir.string(), "': ", errno_text());
+    }
+    return path;
+  }
+  std::string target = path;
+  if (S_ISLNK(st.st_mode)) {
+    // Saving follows the link: the file it points to is replaced, the link stays.
+    std::unique_ptr<char, decltype(&std::free)> resolved(::realpath(path.c_str(), nullptr),
+                                                         &std::free);
+    TF_CHECK(resolved != nullptr, where, ": a symbolic link that cannot be followed (",
+             errno_text(), "); remove it or point it at a regular file");
+    target = resolved.get();
+    TF_CHECK(::stat(target.c_str(), &st) == 0, where, ": cannot stat ", target, ": ", errno_text());
+  }
+  const std::string shown = target == path ? std::string() : " (a symbolic link to " + target + ")";
+  TF_CHECK(S_ISREG(st.st_mode), where, shown, ": not a regular file but ", file_kind(st.st_mode),
+           for_saving ? "; refusing to replace it" : "");
+  if (for_saving) {
+    std::filesystem::path dir = std::filesystem::path(target).parent_path();
+    if (dir.empty()) dir = ".";
+    TF_CHECK(::access(dir.c_str(), W_OK) == 0, where, ": cannot write to the directory '",
+             dir.string(), "': ", errno_text());
+  }
+  return target;
+}
+
 void save_safetensors(const std::string& path, const StateDict& tensors, const Metadata& metadata) {
   const std::string where = "save_safetensors: " + path;
-  ordered_json header = ordered_json::object();
-  if (!metadata.empty()) {
-    ordered_json meta = ordered_json::object();
-    for (const auto& [key, value] : metadata) meta[key] = value;
-    header["__metadata__"] = std::move(meta);
-  }
   std::set<std::string> names;
   std::vector<Tensor> host;
-  std::uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     TF_CHECK(!name.empty(), where, ": a tensor has an empty name");
     TF_CHECK(name != "__metadata__", where, ": \"__metadata__\" is reserved, not a tensor name");
     TF_CHECK(names.insert(name).second, where, ": \"", name, "\" appears twice");
     TF_CHECK(t.defined(), where, ": \"", name, "\" is an undefined Tensor");
     // The bytes go out row-major from host memory.
-    Tensor h = raw::contiguous(raw::to_device(t, Device::cpu()));
+    host.push_back(raw::contiguous(raw::to_device(t, Device::cpu())));
+  }
+  ordered_json meta = ordered_json::object();
+  for (const auto& [key, value] : metadata) {
+    TF_CHECK(key.rfind(kChecksumPrefix, 0) != 0, where, ": the metadata key \"", key,
+             "\" is reserved for checksums");
+    meta[key] = value;
+  }
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    const Tensor& h = host[i];
+    const std::size_t bytes = static_cast<std::size_t>(h.numel()) * element_size(h.dtype());
+    meta[std::string(kChecksumPrefix) + tensors[i].first] =
+        hex64(fnv1a64(bytes > 0 ? h.data_ptr() : nullptr, bytes));
+  }
+  ordered_json header = ordered_json::object();
+  if (!meta.empty()) header["__metadata__"] = std::move(meta);
+  std::uint64_t offset = 0;
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    const Tensor& h = host[i];
     const std::uint64_t bytes = static_cast<std::uint64_t>(h.numel()) * element_size(h.dtype());
-    header[name] = {{"dtype", safetensors_dtype(h.dtype())},
-                    {"shape", h.shape()},
-                    {"data_offsets", {offset, offset + bytes}}};
+    header[tensors[i].first] = {{"dtype", safetensors_dtype(h.dtype())},
+                                {"shape", h.shape()},
+                                {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    host.push_back(std::move(h));
   }
   std::string text;
   try {
@@ -270,16 +393,18 @@ void save_safetensors(const std::string& path, const StateDict& tensors, const M
   // Pad with spaces (valid JSON whitespace) so the data section starts 8-byte aligned, as
   // Python's safetensors does.
   text.append((8 - text.size() % 8) % 8, ' ');
-  write_atomically(path, text, host, where);
+  write_atomically(check_file_path(path, /*for_saving=*/true, where), text, host, where);
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
   const std::string where = "load_safetensors: " + path;
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever; the type check
+  // right after refuses it (and anything else that is not a regular file).
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   TF_CHECK(fd.get() >= 0, where, ": cannot open: ", errno_text());
   struct stat st {};
   TF_CHECK(::fstat(fd.get(), &st) == 0, where, ": cannot stat: ", errno_text());
-  TF_CHECK(S_ISREG(st.st_mode), where, ": not a regular file");
+  TF_CHECK(S_ISREG(st.st_mode), where, ": not a regular file but ", file_kind(st.st_mode));
   const std::uint64_t file_bytes = static_cast<std::uint64_t>(st.st_size);
   TF_CHECK(file_bytes >= 8, where, ": the file has ", file_bytes,
            " bytes, fewer than the 8 of the header length");
@@ -305,6 +430,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   const std::uint64_t data_bytes = file_bytes - data_start;
   SafetensorsFile out;
   std::vector<Entry> entries;
+  std::map<std::string, std::uint64_t> checksums;  // by tensor name
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__") {
       if (value.is_null()) continue;
@@ -313,11 +439,33 @@ SafetensorsFile load_safetensors(const std::string& path) {
       for (const auto& [key, text_value] : value.items()) {
         TF_CHECK(text_value.is_string(), where, ": __metadata__ \"", key,
                  "\" must be a string, got ", text_value.dump());
-        out.metadata[key] = text_value.get<std::string>();
+        if (key.rfind(kChecksumPrefix, 0) == 0) {
+          std::uint64_t hash = 0;
+          TF_CHECK(parse_hex64(text_value.get<std::string>(), hash), where, ": the checksum \"",
+                   key, "\" must be 16 lowercase hex digits, got ", text_value.dump());
+          checksums[key.substr(kChecksumPrefix.size())] = hash;
+        } else {
+          out.metadata[key] = text_value.get<std::string>();
+        }
       }
       continue;
     }
     entries.push_back(parse_entry(name, value, data_bytes, where));
+  }
+  // Checksums are all or nothing: a file written here has one per tensor, one written by
+  // another tool none.
+  if (!checksums.empty()) {
+    for (const Entry& e : entries) {
+      TF_CHECK(checksums.count(e.name), where, ": tensor \"", e.name,
+               "\" has no checksum while other tensors have one (the header is corrupted)");
+    }
+    for (const auto& checksum : checksums) {
+      const std::string& name = checksum.first;
+      TF_CHECK(std::any_of(entries.begin(), entries.end(),
+                           [&](const Entry& e) { return e.name == name; }),
+               where, ": a checksum names tensor \"", name,
+               "\", which the file does not hold (the header is corrupted)");
+    }
   }
 
   // The tensors must tile the data section exactly: in offset order, each starts where the
@@ -348,6 +496,12 @@ SafetensorsFile load_safetensors(const std::string& path) {
       const auto bad = std::find_if(p, p + bytes, [](unsigned char b) { return b > 1; });
       TF_CHECK(bad == p + bytes, where, ": tensor \"", e.name, "\" is BOOL but element ", bad - p,
                " is ", static_cast<int>(*bad), " (expected 0 or 1)");
+    }
+    if (const auto it = checksums.find(e.name); it != checksums.end()) {
+      const std::uint64_t hash = fnv1a64(bytes > 0 ? t.data_ptr() : nullptr, bytes);
+      TF_CHECK(hash == it->second, where, ": tensor \"", e.name,
+               "\": its data does not match its checksum (FNV-1a ", hex64(hash), ", expected ",
+               hex64(it->second), "): the file is corrupted");
     }
     out.tensors.emplace_back(e.name, std::move(t));
   }

@@ -9,8 +9,22 @@
 //              this data section, and the tensors cover it exactly, in order, without gaps.
 // dtypes F32, F64, I64 and BOOL map to float32, float64, int64 and boolean. Files written here
 // load with Python's safetensors and the other way round.
+//
+// Integrity: safetensors itself carries no checksum, so a flipped bit inside tensor data would
+// load silently. save_safetensors adds, for each tensor, the metadata entry
+//   "tinyformer.fnv1a64.<name>": 16 lowercase hex digits, the 64-bit FNV-1a hash of its bytes,
+// and load_safetensors verifies every such entry (and that a file with any of them has one for
+// every tensor) before returning; these entries are not part of the returned metadata. A file
+// with none of them (written by another tool) loads unchecked.
+//
+// Paths: only regular files are read or replaced. Loading refuses a FIFO, a device, a socket or
+// a directory without blocking on it. Saving through a symbolic link follows it: the file the
+// link points to is replaced atomically (its temporary file lies beside it) and the link stays;
+// a link to a missing file, to a directory or to a special file is refused.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -27,13 +41,26 @@ struct SafetensorsFile {
 
 // Writes "<path>.tmp.<pid>", flushes it to disk, renames it over `path` and syncs the
 // directory: a reader sees the old file or the new one, never a partial file, even if the
-// process dies mid-save. Tensors may live on any device and have any layout.
+// process dies mid-save. Temporary files of this path left by processes that no longer exist
+// (a save killed mid-write) are removed first. Tensors may live on any device and have any
+// layout. Metadata keys starting with "tinyformer.fnv1a64." are reserved.
 void save_safetensors(const std::string& path, const StateDict& tensors,
                       const Metadata& metadata = {});
 
 // Reads and checks everything (header length, JSON, dtypes, shapes against byte counts,
-// offsets, duplicate names, boolean bytes) before building a tensor; any problem is an Error
-// naming the file and what is wrong. Tensors land on the CPU.
+// offsets, duplicate names, boolean bytes, checksums) before returning; any problem is an
+// Error naming the file and what is wrong. Tensors land on the CPU.
 SafetensorsFile load_safetensors(const std::string& path);
+
+// The checks both functions above make on a path before touching it, for callers that want
+// them early (a training run checks its checkpoint path before it trains): an Error starting
+// with `where` unless `path` is missing or a regular file, or a symbolic link to one (for_saving:
+// the link must lead to an existing file, and the directory must exist and be writable).
+// Returns the path a save writes: `path`, or the file a link points to.
+std::string check_file_path(const std::string& path, bool for_saving, const std::string& where);
+
+// The 64-bit FNV-1a hash of `bytes` bytes, as the checksums above use it.
+std::uint64_t fnv1a64(const void* data, std::size_t bytes,
+                      std::uint64_t hash = 0xcbf29ce484222325ULL);
 
 }  // namespace tinyformer::nn

@@ -1,11 +1,14 @@
 // TrainingRun: resume, step counting, progress, CSV log and checkpoints around a training loop.
 #include "nn/train/run.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
 #include <utility>
 
 #include "core/backend.h"
@@ -13,6 +16,7 @@
 #include "core/random.h"
 #include "nn/data/loader.h"
 #include "nn/io/checkpoint.h"
+#include "nn/optim.h"
 
 namespace tinyformer::nn {
 
@@ -35,7 +39,54 @@ std::string flag_of(const std::string& key) {
   return "--" + key.substr(key.find('.') + 1);
 }
 
+// The signal that arrived while a run handled them; 0 when none did. A handler may only touch
+// a volatile sig_atomic_t (and call async-signal-safe functions).
+volatile std::sig_atomic_t g_interrupt = 0;
+
+extern "C" void on_interrupt(int signal_number) {
+  if (g_interrupt != 0) {
+    // A second signal: the user does not want to wait for the step and the save. The default
+    // action (termination) happens once this handler returns and the signal is unblocked.
+    ::signal(signal_number, SIG_DFL);
+    ::raise(signal_number);
+    return;
+  }
+  g_interrupt = signal_number;
+}
+
+bool parse_unsigned(const char* begin, const char* end, std::uint64_t& value) {
+  if (begin == end || *begin < '0' || *begin > '9') return false;  // no sign, no space
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  return ec == std::errc() && ptr == end;
+}
+
+// "<seed> <offset>", strictly.
+bool parse_generator_state(const std::string& state, std::uint64_t& seed, std::uint64_t& offset) {
+  const std::size_t space = state.find(' ');
+  if (space == std::string::npos) return false;
+  const char* begin = state.data();
+  return parse_unsigned(begin, begin + space, seed) &&
+         parse_unsigned(begin + space + 1, begin + state.size(), offset) &&
+         offset <= kMaxGeneratorOffset;
+}
+
+const char* signal_name(int signal_number) {
+  return signal_number == SIGINT ? "SIGINT" : signal_number == SIGTERM ? "SIGTERM" : "a signal";
+}
+
 }  // namespace
+
+bool parse_integer(const std::string& text, std::int64_t lo, std::int64_t hi, std::int64_t& value) {
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  const char* digits = begin != end && *begin == '-' ? begin + 1 : begin;
+  if (digits == end || *digits < '0' || *digits > '9') return false;  // no "+5", " 5", "-"
+  std::int64_t parsed = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, parsed);
+  if (ec != std::errc() || ptr != end || parsed < lo || parsed > hi) return false;
+  value = parsed;
+  return true;
+}
 
 std::string generator_state() {
   return std::to_string(default_generator().seed()) + " " +
@@ -43,13 +94,20 @@ std::string generator_state() {
 }
 
 void restore_generator(const std::string& state) {
-  std::istringstream in(state);
   std::uint64_t seed = 0, offset = 0;
-  TF_CHECK(static_cast<bool>(in >> seed >> offset), "restore_generator: unreadable state '", state,
-           "' (expected \"<seed> <offset>\")");
+  TF_CHECK(parse_generator_state(state, seed, offset), "restore_generator: unreadable state '",
+           state, "' (expected \"<seed> <offset>\": two decimal integers, the offset at most ",
+           kMaxGeneratorOffset, ")");
   default_generator().manual_seed(seed);
   default_generator().set_offset(offset);
 }
+
+struct TrainingRun::SavedHandlers {
+  struct sigaction interrupt {};
+  struct sigaction terminate {};
+  bool interrupt_installed = false;
+  bool terminate_installed = false;
+};
 
 TrainingRun::TrainingRun(TrainingRunOptions options, Module& model, optim::Optimizer& optimizer,
                          data::Loader* loader, Metadata config, std::vector<std::string> must_match)
@@ -70,6 +128,12 @@ TrainingRun::TrainingRun(TrainingRunOptions options, Module& model, optim::Optim
            "TrainingRun: checkpoint_every and eval_every must be 0 or more, log_every positive");
   TF_CHECK(!options_.resume || !options_.checkpoint.empty(),
            "--resume needs --checkpoint PATH to resume from");
+  // Before any work: the checkpoint is saved only after training, too late to find out that
+  // the path is a directory or a FIFO, or that its directory is read-only.
+  if (!options_.checkpoint.empty()) {
+    check_file_path(options_.checkpoint, /*for_saving=*/true,
+                    "--checkpoint " + options_.checkpoint);
+  }
   config_["program"] = options_.program;
   if (options_.resume) resume_from_checkpoint(config_, must_match);
 
@@ -81,16 +145,55 @@ TrainingRun::TrainingRun(TrainingRunOptions options, Module& model, optim::Optim
                     : CsvLogger(options_.log, columns);
   }
   progress_.emplace(options_.steps, std::min(step_, options_.steps), options_.progress);
+  if (options_.handle_interrupts) install_interrupt_handlers();
   start_ = std::chrono::steady_clock::now();
+}
+
+TrainingRun::~TrainingRun() {
+  if (!saved_handlers_) return;
+  if (saved_handlers_->interrupt_installed) {
+    ::sigaction(SIGINT, &saved_handlers_->interrupt, nullptr);
+  }
+  if (saved_handlers_->terminate_installed) {
+    ::sigaction(SIGTERM, &saved_handlers_->terminate, nullptr);
+  }
+}
+
+void TrainingRun::install_interrupt_handlers() {
+  saved_handlers_ = std::make_unique<SavedHandlers>();
+  g_interrupt = 0;
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // a read or write in progress continues
+  auto install = [&](int signal_number, struct sigaction& saved) {
+    struct sigaction current {};
+    if (::sigaction(signal_number, nullptr, &current) != 0 || current.sa_handler == SIG_IGN) {
+      return false;
+    }
+    return ::sigaction(signal_number, &action, &saved) == 0;
+  };
+  saved_handlers_->interrupt_installed = install(SIGINT, saved_handlers_->interrupt);
+  saved_handlers_->terminate_installed = install(SIGTERM, saved_handlers_->terminate);
+}
+
+bool TrainingRun::running() const {
+  return step_ < last_step_ && interrupted() == 0;
+}
+
+int TrainingRun::interrupted() const {
+  return saved_handlers_ ? static_cast<int>(g_interrupt) : 0;
 }
 
 // Everything is checked before the model, the optimizer or the loader changes.
 void TrainingRun::resume_from_checkpoint(const Metadata& current,
                                          const std::vector<std::string>& must_match) {
   const std::string& path = options_.checkpoint;
-  TF_CHECK(std::filesystem::exists(path), "--resume: no checkpoint at ", path,
-           "; run without --resume to start training");
-  const Metadata saved = load_safetensors(path).metadata;
+  TF_CHECK(std::filesystem::exists(std::filesystem::symlink_status(path)),
+           "--resume: no checkpoint at ", path, "; run without --resume to start training");
+  // One read: the metadata checked here and the tensors loaded below come from the same bytes.
+  const SafetensorsFile file = load_safetensors(path);
+  const Metadata& saved = file.metadata;
   const std::string& saved_program = get(saved, "program", path);
   TF_CHECK(saved_program == options_.program, "checkpoint '", path, "' was written by ",
            saved_program, ", not ", options_.program, "; pass another --checkpoint");
@@ -106,17 +209,44 @@ void TrainingRun::resume_from_checkpoint(const Metadata& current,
              now->second, " now; pass the same flags to resume, or another --checkpoint");
   }
   const std::string& step_text = get(saved, "step", path);
-  std::size_t used = 0;
-  try {
-    step_ = std::stoll(step_text, &used);
-  } catch (const std::exception&) {
-    used = 0;
+  std::int64_t step = 0;
+  TF_CHECK(parse_integer(step_text, 0, optim::Optimizer::kMaxStepCount, step), "checkpoint '", path,
+           "': unreadable step '", step_text, "' (expected a decimal integer in [0, ",
+           optim::Optimizer::kMaxStepCount, "]); the file is corrupted");
+  TF_CHECK(step <= options_.steps, "checkpoint '", path, "' is at step ", step, ", beyond --steps ",
+           options_.steps, "; pass --steps above ", step,
+           " to train further, or another --checkpoint");
+
+  // One optimizer step per run step: every parameter's count is at most the run's step, and the
+  // most-updated parameter's equals it.
+  if (optimizer_.counts_steps()) {
+    std::int64_t most = 0;
+    for (const auto& [name, t] : file.tensors) {
+      if (!name.starts_with("optim.state.") || !name.ends_with(".step")) continue;
+      if (t.numel() != 1 || t.dtype() != DType::int64) continue;  // load_checkpoint reports it
+      const std::int64_t count = t.item<std::int64_t>();
+      TF_CHECK(count <= step, "checkpoint '", path, "': \"", name, "\" is ", count,
+               " but the run is at step ", step, "; the file is inconsistent");
+      most = std::max(most, count);
+    }
+    TF_CHECK(most == step, "checkpoint '", path, "': the run is at step ", step,
+             " but its optimizer state has taken ", most, " steps; the file is inconsistent");
   }
-  TF_CHECK(used > 0 && used == step_text.size() && step_ >= 0, "checkpoint '", path,
-           "': unreadable step '", step_text, "'");
+
   const std::string& generator = get(saved, "generator", path);
+  std::uint64_t seed = 0, offset = 0;
+  TF_CHECK(parse_generator_state(generator, seed, offset), "checkpoint '", path,
+           "': unreadable generator state '", generator,
+           "' (expected \"<seed> <offset>\": two decimal integers, the offset at most ",
+           kMaxGeneratorOffset, "); the file is corrupted");
   std::optional<data::LoaderState> loader_state;
-  if (loader_ != nullptr) loader_state = data::LoaderState::parse(get(saved, "loader", path));
+  if (loader_ != nullptr) {
+    try {
+      loader_state = data::LoaderState::parse(get(saved, "loader", path));
+    } catch (const Error& e) {
+      fail("checkpoint '", path, "': ", e.what());
+    }
+  }
 
   for (const auto& [key, value] : current) {
     if (key.rfind("config.", 0) != 0) continue;
@@ -126,13 +256,10 @@ void TrainingRun::resume_from_checkpoint(const Metadata& current,
                   then->second.c_str(), value.c_str());
     }
   }
-  load_checkpoint(path, model_, &optimizer_);
+  load_checkpoint(file, path, model_, &optimizer_);
   if (loader_state) loader_->load_state(*loader_state);
-  try {
-    restore_generator(generator);
-  } catch (const Error& e) {
-    fail("checkpoint '", path, "': ", e.what());
-  }
+  restore_generator(generator);
+  step_ = step;
   resumed_ = true;
 }
 
@@ -202,7 +329,7 @@ void TrainingRun::log_and_checkpoint() {
   evaluated_ = false;
   // The last one is saved by finish().
   if (!options_.checkpoint.empty() && options_.checkpoint_every > 0 &&
-      step_ % options_.checkpoint_every == 0 && step_ < last_step_) {
+      step_ % options_.checkpoint_every == 0 && step_ < last_step_ && interrupted() == 0) {
     progress_->pause();
     save();
     progress_->resume();
@@ -212,6 +339,19 @@ void TrainingRun::log_and_checkpoint() {
 void TrainingRun::finish() {
   progress_->finish();
   if (!options_.checkpoint.empty() && steps_this_run_ > 0) save();
+  if (const int signal_number = interrupted(); signal_number != 0) {
+    if (options_.checkpoint.empty()) {
+      std::fprintf(
+          stderr, "%s: interrupted by %s after step %lld; no checkpoint (none was asked for)\n",
+          options_.program.c_str(), signal_name(signal_number), static_cast<long long>(step_));
+    } else {
+      std::fprintf(stderr,
+                   "%s: interrupted by %s after step %lld; the checkpoint %s holds it: run the "
+                   "same command with --resume to continue\n",
+                   options_.program.c_str(), signal_name(signal_number),
+                   static_cast<long long>(step_), options_.checkpoint.c_str());
+    }
+  }
 }
 
 void TrainingRun::log_final(const std::vector<double>& values) {

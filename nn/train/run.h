@@ -27,14 +27,26 @@
 //     run.log_and_checkpoint();  // the CSV row and the periodic checkpoint, when due
 //   }
 //   run.finish();  // the last checkpoint
+//   if (run.interrupted()) return run.exit_status();  // Ctrl-C: saved, exit with 130
 //
 // A checkpoint holds the model, the optimizer and, as metadata, the run's configuration, the
 // step, the loader's position and the dropout generator's position: a resumed run continues
-// exactly where the saved one stopped, drawing the same batches, masks and dropout.
+// exactly where the saved one stopped, drawing the same batches, masks and dropout. All of it is
+// checked on resume: the step is a plain decimal integer in [0, steps], every optimizer step
+// count agrees with it (one optimizer step per run step), the generator state is two decimal
+// integers, the tensors match their checksums.
+//
+// Interruptions: while a run exists, SIGINT and SIGTERM only set a flag. The step in progress
+// finishes, running() turns false, finish() saves the checkpoint (atomically, as always) and
+// says how to resume, and the script returns exit_status(): 130 for SIGINT, 143 for SIGTERM,
+// as a shell reports a process killed by them. A second signal ends the process at once. A
+// signal that was ignored when the run began (SIG_IGN, as a non-interactive shell sets for a
+// background job) stays ignored.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,6 +83,7 @@ struct TrainingRunOptions {
   std::vector<std::string> eval_columns{};
   Device device = Device::cpu();  // synchronized before a step's time is read
   ProgressOptions progress{};
+  bool handle_interrupts = true;  // SIGINT and SIGTERM end the run with a checkpoint (above)
 };
 
 // What one optimizer step measured.
@@ -88,13 +101,25 @@ class TrainingRun {
   // be null when the script keeps no data position) after checking that it was written by the
   // same program with the same values of the keys in `must_match` (a mismatch throws an Error
   // naming the flag and both values; other "config." keys that differ are printed as notes).
-  // Nothing is written before these checks pass. Then opens the log (a resumed run keeps the
-  // rows up to its step) and starts the clock. `config` is saved in every checkpoint.
+  // Nothing is written before these checks pass. The checkpoint path is checked first (with or
+  // without --resume): a directory, a FIFO, a device or a socket there, or a directory that is
+  // not writable, is an Error before any work. Then opens the log (a resumed run keeps the
+  // rows up to its step), installs the interrupt handlers and starts the clock. `config` is
+  // saved in every checkpoint.
   TrainingRun(TrainingRunOptions options, Module& model, optim::Optimizer& optimizer,
               data::Loader* loader, Metadata config, std::vector<std::string> must_match = {});
+  // Restores the signal handlers that were there before.
+  ~TrainingRun();
+  TrainingRun(const TrainingRun&) = delete;
+  TrainingRun& operator=(const TrainingRun&) = delete;
 
-  // Whether another step is to be taken: the step is below stop_at (or steps).
-  bool running() const { return step_ < last_step_; }
+  // Whether another step is to be taken: the step is below stop_at (or steps) and no SIGINT or
+  // SIGTERM has arrived.
+  bool running() const;
+  // The signal that interrupted the run (SIGINT or SIGTERM), 0 when none did.
+  int interrupted() const;
+  // The status the program exits with after an interruption: 128 + the signal number.
+  int exit_status() const { return interrupted() != 0 ? 128 + interrupted() : 0; }
   // Steps taken so far, counting those before a resume: the index of the step being taken.
   std::int64_t step() const { return step_; }
   bool resumed() const { return resumed_; }
@@ -117,10 +142,11 @@ class TrainingRun {
   // Writes this step's log row and saves a checkpoint when one is due.
   void log_and_checkpoint();
 
-  // Ends the progress bar and saves the checkpoint, when this run took a step.
+  // Ends the progress bar and saves the checkpoint, when this run took a step. After an
+  // interruption it also prints (on stderr) where the checkpoint is and how to continue.
   void finish();
-  // Whether the run stopped before `steps` (stop_at): the script then ends without a final
-  // evaluation, and --resume continues.
+  // Whether the run stopped before `steps` (stop_at, or an interruption): the script then ends
+  // without a final evaluation, and --resume continues.
   bool stopped_early() const { return step_ < options_.steps; }
   // The last log row, after the script's final evaluation (none when this run took no step).
   void log_final(const std::vector<double>& values);
@@ -138,6 +164,7 @@ class TrainingRun {
 
  private:
   void resume_from_checkpoint(const Metadata& current, const std::vector<std::string>& must_match);
+  void install_interrupt_handlers();
   void write_row(double loss, double lr, double grad_norm, const std::vector<double>& values);
 
   TrainingRunOptions options_;
@@ -165,11 +192,21 @@ class TrainingRun {
   std::int64_t window_steps_ = 0;
   std::vector<double> eval_values_;  // this step's, NaN when it was not evaluated
   bool evaluated_ = false;
+  struct SavedHandlers;  // the SIGINT and SIGTERM actions before this run
+  std::unique_ptr<SavedHandlers> saved_handlers_;
 };
 
 // The default generator's position as text ("<seed> <offset>"), and back: a resumed run draws
-// the same dropout masks.
+// the same dropout masks. restore_generator accepts exactly two decimal integers separated by
+// one space, the offset at most kMaxGeneratorOffset; anything else is an Error and changes
+// nothing.
 std::string generator_state();
 void restore_generator(const std::string& state);
+inline constexpr std::uint64_t kMaxGeneratorOffset = std::uint64_t{1} << 62;
+
+// The run metadata a checkpoint carries, parsed strictly: a decimal integer in [lo, hi], with no
+// sign other than a leading '-', no spaces, no exponent (std::from_chars, all of `text`).
+// Returns false for anything else.
+bool parse_integer(const std::string& text, std::int64_t lo, std::int64_t hi, std::int64_t& value);
 
 }  // namespace tinyformer::nn

@@ -397,6 +397,20 @@ TEST_CASE("a loader restored from a saved position gives the same batches") {
   CHECK_THROWS_AS(LoaderState::parse("epoch=1 position=2"), Error);
   CHECK_THROWS_AS(LoaderState::parse("epoch=1 position=x seed=1 dataset_size=5"), Error);
   CHECK_THROWS_AS(LoaderState::parse("epoch=1 position=2 seed=-1 dataset_size=5"), Error);
+  // Strictly decimal, each key once, the epoch in range.
+  for (const char* bad :
+       {"epoch=+1 position=2 seed=1 dataset_size=5", "epoch=1e3 position=2 seed=1 dataset_size=5",
+        "epoch=1 position=2 seed=0x10 dataset_size=5",
+        "epoch=1 position=2 seed=1 dataset_size=5 epoch=2",
+        "epoch=1\tposition=2 seed=1 dataset_size=5",
+        "epoch=9007199254740993 position=2 seed=1 dataset_size=5",
+        "epoch=99999999999999999999 position=2 seed=1 dataset_size=5"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(LoaderState::parse(bad), Error);
+  }
+  CHECK(LoaderState::parse("epoch=9007199254740992 position=2 seed=18446744073709551615 "
+                           "dataset_size=5")
+            .seed == 18446744073709551615ULL);
   CHECK_THROWS_AS(LoaderState::from_tensor(zeros({3}, {.dtype = DType::int64})), Error);
 }
 

@@ -4,10 +4,13 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -159,7 +162,17 @@ TEST_CASE("safetensors byte layout: length, aligned JSON header, raw little-endi
   CHECK(n % 8 == 0);
   REQUIRE(bytes.size() == 8 + n + 8 + 8);
   const json header = json::parse(bytes.substr(8, n));
-  CHECK(header["__metadata__"] == json{{"k", "v"}});
+  // The metadata as given, plus each tensor's checksum: 64-bit FNV-1a of its bytes.
+  auto fnv = [](const std::string& data) {
+    std::uint64_t h = 14695981039346656037ULL;
+    for (unsigned char c : data) h = (h ^ c) * 1099511628211ULL;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    return std::string(hex);
+  };
+  CHECK(header["__metadata__"] == json{{"k", "v"},
+                                       {"tinyformer.fnv1a64.w", fnv(raw_of<float>({1.0f, 2.0f}))},
+                                       {"tinyformer.fnv1a64.n", fnv(raw_of<std::int64_t>({-2}))}});
   CHECK(header["w"] ==
         json{{"dtype", "F32"}, {"shape", json::array({2})}, {"data_offsets", json::array({0, 8})}});
   CHECK(header["n"] ==
@@ -288,6 +301,9 @@ TEST_CASE("malformed headers are Errors that say what is wrong") {
   check("{" + entry("a", "F32", "[2.0]", 0, 8) + "}", f8, "non-negative integer");
   check("{" + entry("a", "F32", "2", 0, 8) + "}", f8, "shape must be an array");
   check("{" + entry("a", "F32", "[4294967296,4294967296,4294967296]", 0, 8) + "}", f8, "too large");
+  // Empty, but strides of 2^62 * 2^62 elements would overflow.
+  check("{" + entry("a", "F32", "[0,4611686018427387904,4611686018427387904]", 0, 0) + "}", "",
+        "too large");
   check("{" + entry("", "F32", "[2]", 0, 8) + "}", f8, "empty name");
   check(R"({"a":{"dtype":"F32","shape":[2]}})", f8, "has no \"data_offsets\"");
   check(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", f8,
@@ -490,12 +506,20 @@ TEST_CASE("a save killed mid-write leaves the previous checkpoint intact") {
     char c;
     REQUIRE(::read(ready[0], &c, 1) == 1);
     ::close(ready[0]);
-    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-    ::kill(child, SIGKILL);
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child);
-
+    // The save hashes the tensors before it creates the temporary file: the delay counts from
+    // the moment the file appears (or the child ends first).
     const std::string tmp = path + ".tmp." + std::to_string(child);
+    int status = 0;
+    pid_t done = 0;
+    while (!fs::exists(tmp) && (done = ::waitpid(child, &status, WNOHANG)) == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (done == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      ::kill(child, SIGKILL);
+      REQUIRE(::waitpid(child, &status, 0) == child);
+    }
+
     const bool killed = WIFSIGNALED(status);
     if (killed && fs::exists(tmp)) ++interrupted;
     fs::remove(tmp);
@@ -513,4 +537,167 @@ TEST_CASE("a save killed mid-write leaves the previous checkpoint intact") {
   }
   // At least one kill landed while the temporary file was being written.
   CHECK(interrupted > 0);
+}
+
+TEST_CASE("a flipped byte in tensor data fails its checksum; files without checksums load") {
+  TempDir dir;
+  const std::string path = dir.file("sum.safetensors");
+  nn::save_safetensors(path, {{"a", from<float>({1, 2, 3}, {3})}, {"b", from<double>({4, 5}, {2})}},
+                       {{"m", "x"}});
+  const std::string bytes = read_bytes(path);
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const std::string bad_path = dir.file("bad.safetensors");
+  // Every bit of every data byte: a, bytes [0, 12); b, bytes [12, 28).
+  for (std::size_t pos = 8 + n; pos < bytes.size(); ++pos) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string bad = bytes;
+      bad[pos] = static_cast<char>(bad[pos] ^ (1 << bit));
+      write_bytes(bad_path, bad);
+      const std::string name = pos - 8 - n < 12 ? "\"a\"" : "\"b\"";
+      expect_load_error(bad_path, "tensor " + name + ": its data does not match its checksum");
+    }
+  }
+  // The checksum entries are not part of the metadata a caller sees.
+  CHECK(nn::load_safetensors(path).metadata == nn::Metadata{{"m", "x"}});
+  CHECK_THROWS_WITH_AS(nn::save_safetensors(path, {}, {{"tinyformer.fnv1a64.a", "0"}}),
+                       doctest::Contains("reserved for checksums"), Error);
+
+  // A file with checksums must have one per tensor, each naming a tensor it holds.
+  const std::string f12 = raw_of<float>({1, 2, 3});
+  const std::string entry_a = R"("a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]})";
+  auto header = [&](const std::string& meta) {
+    return "{\"__metadata__\":{" + meta + "}," + entry_a + "}";
+  };
+  write_bytes(bad_path,
+              safetensors_bytes(header(R"("tinyformer.fnv1a64.b":"0000000000000000")"), f12));
+  expect_load_error(bad_path, "tensor \"a\" has no checksum");
+  write_bytes(bad_path,
+              safetensors_bytes(header(R"("tinyformer.fnv1a64.a":"00000000000000000")"), f12));
+  expect_load_error(bad_path, "must be 16 lowercase hex digits");
+  write_bytes(bad_path,
+              safetensors_bytes(header(R"("tinyformer.fnv1a64.a":"ABCDEF0123456789")"), f12));
+  expect_load_error(bad_path, "must be 16 lowercase hex digits");
+  write_bytes(bad_path,
+              safetensors_bytes(header(R"("tinyformer.fnv1a64.a":"0000000000000000")"), f12));
+  expect_load_error(bad_path, "does not match its checksum");
+  // Without any checksum entry (Python's safetensors writes none) the data loads unchecked.
+  write_bytes(bad_path, safetensors_bytes(header(R"("format":"pt")"), f12));
+  CHECK(nn::load_safetensors(bad_path).tensors.at(0).second.to_vector<float>() ==
+        std::vector<float>{1, 2, 3});
+}
+
+TEST_CASE("loading refuses what is not a regular file, without blocking on a FIFO") {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  expect_load_error(fifo, "not a regular file but a FIFO");
+  expect_load_error(dir.path.string(), "not a regular file but a directory");
+  expect_load_error("/dev/null", "not a regular file but a character device");
+  auto model = std::make_shared<nn::Linear>(2, 2);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(fifo, *model), doctest::Contains("a FIFO"), Error);
+}
+
+TEST_CASE("saving refuses special files and directories, and follows a symbolic link") {
+  TempDir dir;
+  const nn::StateDict state = {{"w", from<float>({1, 2}, {2})}};
+  auto expect_save_error = [&](const std::string& path, const std::string& needle) {
+    CAPTURE(path);
+    CHECK_THROWS_WITH_AS(nn::save_safetensors(path, state), doctest::Contains(needle.c_str()),
+                         Error);
+  };
+  const std::string fifo = dir.file("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  expect_save_error(fifo, "not a regular file but a FIFO; refusing to replace it");
+  CHECK(fs::is_fifo(fifo));
+  fs::create_directories(dir.file("sub"));
+  expect_save_error(dir.file("sub"), "not a regular file but a directory");
+  // A link to a device: refused, and neither the link nor the device changes.
+  fs::create_symlink("/dev/null", dir.file("null_link"));
+  expect_save_error(dir.file("null_link"), "(a symbolic link to /dev/null): not a regular file");
+  CHECK(fs::is_symlink(dir.file("null_link")));
+  CHECK(fs::is_character_file("/dev/null"));
+  fs::create_symlink(dir.file("sub"), dir.file("dir_link"));
+  expect_save_error(dir.file("dir_link"), "a directory");
+  fs::create_symlink(dir.file("missing"), dir.file("dangling"));
+  expect_save_error(dir.file("dangling"), "a symbolic link that cannot be followed");
+  CHECK(fs::is_symlink(dir.file("dangling")));
+  CHECK_FALSE(fs::exists(dir.file("missing")));
+  expect_save_error(dir.file("no/such/dir/x.safetensors"), "cannot write to the directory");
+
+  // A link to a regular file in another directory: the target is replaced (its temporary file
+  // beside it), the link stays a link.
+  const std::string target = dir.file("sub/target.safetensors");
+  nn::save_safetensors(target, {{"old", ones({1})}});
+  fs::create_symlink(target, dir.file("latest.safetensors"));
+  nn::save_safetensors(dir.file("latest.safetensors"), state);
+  CHECK(fs::is_symlink(dir.file("latest.safetensors")));
+  CHECK(fs::read_symlink(dir.file("latest.safetensors")) == target);
+  CHECK(nn::load_safetensors(target).tensors.at(0).first == "w");
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir.file("sub"))) entries += e.exists() ? 1 : 0;
+  CHECK(entries == 1);  // the target only: no temporary file left
+}
+
+TEST_CASE("a save removes the temporary files of dead processes, not of live ones") {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);  // reaped: its pid names no process now
+  const std::string dead = path + ".tmp." + std::to_string(child);
+  const std::string alive = path + ".tmp." + std::to_string(::getppid());
+  const std::string other = path + ".tmp.notapid";
+  const std::string other_file = dir.file("other.safetensors.tmp." + std::to_string(child));
+  for (const std::string& f : {dead, alive, other, other_file}) write_bytes(f, "partial");
+  nn::save_safetensors(path, {{"w", ones({2})}});
+  CHECK_FALSE(fs::exists(dead));
+  CHECK(fs::exists(alive));
+  CHECK(fs::exists(other));
+  CHECK(fs::exists(other_file));  // another checkpoint's: not this save's business
+  CHECK(nn::load_safetensors(path).tensors.size() == 1);
+}
+
+TEST_CASE("optimizer state out of range is refused on load, and nothing changes") {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  auto model = std::make_shared<nn::Linear>(3, 2);
+  optim::AdamW opt(model->parameters(), {.lr = 0.01});
+  for (int i = 0; i < 3; ++i) {
+    opt.zero_grad();
+    sum(model->forward(ones({4, 3}))).backward();
+    opt.step();
+  }
+  auto save_with = [&](const std::string& key, const Tensor& value) {
+    nn::StateDict state = opt.state_dict();
+    for (auto& [name, t] : state) {
+      if (name == key) t = value;
+    }
+    nn::StateDict all;
+    for (const auto& [name, t] : model->state_dict()) all.emplace_back("model." + name, t);
+    for (const auto& [name, t] : state) all.emplace_back("optim." + name, t);
+    nn::save_safetensors(path, all, {{"tinyformer.optimizer", "AdamW"}});
+  };
+  auto fresh = std::make_shared<nn::Linear>(3, 2);
+  optim::AdamW fresh_opt(fresh->parameters(), {.lr = 0.5});
+  auto expect_refused = [&](const std::string& needle) {
+    CHECK_THROWS_WITH_AS(nn::load_checkpoint(path, *fresh, &fresh_opt),
+                         doctest::Contains(needle.c_str()), Error);
+    CHECK(fresh_opt.step_count(0) == 0);
+    CHECK(fresh_opt.lr() == 0.5);
+  };
+  const Tensor huge = scalar_tensor(0.0, {.dtype = kInt64}) + INT64_MAX;
+  save_with("state.0.step", huge);
+  expect_refused("\"state.0.step\" must lie in [1, 9007199254740992], got 9223372036854775807");
+  save_with("state.0.step", scalar_tensor(0.0, {.dtype = kInt64}));
+  expect_refused("must lie in [1,");
+  save_with("state.0.exp_avg_sq", full({2, 3}, -1.0));
+  expect_refused("\"state.0.exp_avg_sq\" element 0 is -1 (expected a finite, non-negative value)");
+  save_with("state.0.exp_avg", full({2, 3}, NAN));
+  expect_refused("\"state.0.exp_avg\" element 0 is nan");
+  save_with("state.0.exp_avg", full({2, 3}, -1.0));  // a negative first moment is fine
+  CHECK_NOTHROW(nn::load_checkpoint(path, *fresh, &fresh_opt));
+  CHECK(fresh_opt.step_count(0) == 3);
 }

@@ -1,8 +1,12 @@
 // TrainingRun: a run stopped and resumed takes exactly the steps of an uninterrupted one; the
 // log, the checkpoint's metadata, and the refusals of a checkpoint that does not fit.
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -276,4 +280,211 @@ TEST_CASE("TrainingRun checks its options") {
       nn::TrainingRun({.program = "p", .steps = 4, .resume = true, .progress = quiet()}, *s.model,
                       *s.optimizer, nullptr, {}),
       doctest::Contains("--checkpoint"), Error);
+}
+
+namespace {
+
+// Rewrites the checkpoint at `path` with `changes` applied to its metadata, through the
+// library's own reader and writer (so the checksums stay valid: only the metadata is wrong).
+void edit_metadata(const std::string& path, const nn::Metadata& changes) {
+  nn::SafetensorsFile file = nn::load_safetensors(path);
+  for (const auto& [key, value] : changes) file.metadata[key] = value;
+  nn::save_safetensors(path, file.tensors, file.metadata);
+}
+
+}  // namespace
+
+TEST_CASE("parse_integer reads plain decimal integers in range and nothing else") {
+  std::int64_t v = 42;
+  CHECK(nn::parse_integer("0", 0, 10, v));
+  CHECK(v == 0);
+  CHECK(nn::parse_integer("-5", -10, 10, v));
+  CHECK(v == -5);
+  CHECK(nn::parse_integer("9223372036854775807", 0, INT64_MAX, v));
+  CHECK(v == INT64_MAX);
+  v = 7;
+  for (const char* bad : {"", "abc", "1e3", "+5", " 5", "5 ", "-", "0x10", "5.0", "11", "-11",
+                          "99999999999999999999", "1\n"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(nn::parse_integer(bad, -10, 10, v));
+    CHECK(v == 7);  // unchanged
+  }
+}
+
+TEST_CASE("TrainingRun checks the step, optimizer counts and generator state of a checkpoint") {
+  TempDir dir;
+  Script a;
+  nn::TrainingRunOptions opts = options(dir, "a");
+  opts.stop_at = 4;
+  opts.log.clear();
+  {
+    nn::TrainingRun run(opts, *a.model, *a.optimizer, a.loader.get(), {});
+    a.train(run);
+  }
+  const std::string good = dir.file("good.safetensors");
+  fs::copy_file(opts.checkpoint, good);
+  opts.resume = true;
+
+  auto expect_refused = [&](const nn::Metadata& changes, const std::string& needle) {
+    CAPTURE(needle);
+    fs::copy_file(good, opts.checkpoint, fs::copy_options::overwrite_existing);
+    edit_metadata(opts.checkpoint, changes);
+    Script b;
+    const std::vector<float> weight = b.model->parameters()[0].to_vector<float>();
+    const nn::data::LoaderState loader_before = b.loader->state();
+    const std::string generator_before = nn::generator_state();
+    CHECK_THROWS_WITH_AS(nn::TrainingRun(opts, *b.model, *b.optimizer, b.loader.get(), {}),
+                         doctest::Contains(needle.c_str()), Error);
+    CHECK(nn::generator_state() == generator_before);
+    CHECK(b.model->parameters()[0].to_vector<float>() == weight);
+    CHECK(b.optimizer->step_count(0) == 0);
+    CHECK(b.loader->state() == loader_before);
+  };
+  for (const char* step : {"abc", "1e3", "-5", "+4", " 4", "4 ", "", "9223372036854775807"}) {
+    expect_refused({{"step", step}}, "unreadable step");
+  }
+  expect_refused({{"step", "99999999999"}}, "beyond --steps 12");
+  expect_refused({{"step", "3"}}, "\"optim.state.0.step\" is 4 but the run is at step 3");
+  expect_refused({{"step", "5"}}, "the run is at step 5 but its optimizer state has taken 4");
+  for (const char* state : {"-1 -1", "1 2 3", "1  2", "7", "", "1 -2", "1 4611686018427387905",
+                            "18446744073709551616 0"}) {
+    expect_refused({{"generator", state}}, "unreadable generator state");
+  }
+  expect_refused({{"loader", "epoch=x"}}, "LoaderState::parse");
+
+  // An optimizer count past the run's step, INT64_MAX included.
+  {
+    fs::copy_file(good, opts.checkpoint, fs::copy_options::overwrite_existing);
+    nn::SafetensorsFile file = nn::load_safetensors(opts.checkpoint);
+    for (auto& [name, t] : file.tensors) {
+      if (name == "optim.state.1.step") t = scalar_tensor(0.0, {.dtype = kInt64}) + INT64_MAX;
+    }
+    nn::save_safetensors(opts.checkpoint, file.tensors, file.metadata);
+    Script b;
+    CHECK_THROWS_WITH_AS(nn::TrainingRun(opts, *b.model, *b.optimizer, b.loader.get(), {}),
+                         doctest::Contains("\"optim.state.1.step\" is 9223372036854775807"), Error);
+  }
+  // The untouched checkpoint resumes.
+  fs::copy_file(good, opts.checkpoint, fs::copy_options::overwrite_existing);
+  Script c;
+  nn::TrainingRun run(opts, *c.model, *c.optimizer, c.loader.get(), {});
+  CHECK(run.step() == 4);
+}
+
+TEST_CASE("TrainingRun refuses a checkpoint path that is not a regular file before any work") {
+  TempDir dir;
+  Script s;
+  auto expect_refused = [&](const std::string& path, bool resume, const std::string& needle) {
+    CAPTURE(path);
+    nn::TrainingRunOptions opts = options(dir, "x");
+    opts.checkpoint = path;
+    opts.resume = resume;
+    CHECK_THROWS_WITH_AS(nn::TrainingRun(opts, *s.model, *s.optimizer, s.loader.get(), {}),
+                         doctest::Contains(needle.c_str()), Error);
+    CHECK_FALSE(fs::exists(opts.log));  // nothing written
+  };
+  fs::create_directories(dir.file("a_directory"));
+  expect_refused(dir.file("a_directory"), false, "not a regular file but a directory");
+  expect_refused(dir.file("a_directory"), true, "not a regular file but a directory");
+  // A FIFO: opening it to read would wait for a writer forever.
+  REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+  expect_refused(dir.file("fifo"), true, "not a regular file but a FIFO");
+  expect_refused(dir.file("fifo"), false, "not a regular file but a FIFO");
+  CHECK(fs::is_fifo(dir.file("fifo")));
+  fs::create_symlink("/dev/null", dir.file("null_link"));
+  expect_refused(dir.file("null_link"), false, "a character device");
+  expect_refused(dir.file("no/such/dir/run.safetensors"), false, "cannot write to the directory");
+}
+
+TEST_CASE("TrainingRun: SIGINT or SIGTERM ends the run after the step with a checkpoint") {
+  TempDir dir;
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  struct sigaction old_int {
+  }, old_term{};
+  REQUIRE(::sigaction(SIGINT, &default_action, &old_int) == 0);
+  REQUIRE(::sigaction(SIGTERM, &default_action, &old_term) == 0);
+
+  Script whole;
+  nn::TrainingRunOptions whole_opts = options(dir, "whole");
+  whole_opts.log.clear();
+  {
+    nn::TrainingRun run(whole_opts, *whole.model, *whole.optimizer, whole.loader.get(), {});
+    whole.train(run);
+  }
+
+  for (int signal_number : {SIGINT, SIGTERM}) {
+    CAPTURE(signal_number);
+    nn::TrainingRunOptions opts = options(dir, "parts");
+    opts.log.clear();
+    opts.checkpoint_every = 0;
+    fs::remove(opts.checkpoint);
+    Script first;
+    static int pending;
+    pending = signal_number;
+    {
+      nn::TrainingRun run(opts, *first.model, *first.optimizer, first.loader.get(), {});
+      // The signal arrives during step 4 (in its evaluation): the step completes, the loop ends.
+      first.train(run, [](Script&) {
+        ::raise(pending);
+        return std::vector<double>{0.5};
+      });
+      CHECK(run.interrupted() == signal_number);
+      CHECK(run.exit_status() == 128 + signal_number);
+      CHECK(run.step() == 4);
+      CHECK(run.stopped_early());
+      CHECK_FALSE(run.running());
+    }
+    CHECK(nn::load_safetensors(opts.checkpoint).metadata.at("step") == "4");
+    // The handlers are the ones from before the run again.
+    struct sigaction now {};
+    REQUIRE(::sigaction(signal_number, nullptr, &now) == 0);
+    CHECK(bool(now.sa_handler == SIG_DFL));
+
+    Script second(99);
+    opts.resume = true;
+    {
+      nn::TrainingRun run(opts, *second.model, *second.optimizer, second.loader.get(), {});
+      CHECK(run.interrupted() == 0);
+      second.train(run);
+      CHECK(run.step() == 12);
+    }
+    std::vector<double> parts = first.losses;
+    parts.insert(parts.end(), second.losses.begin(), second.losses.end());
+    CHECK(parts == whole.losses);  // bit for bit
+  }
+
+  // A second signal does not wait: the process ends at once (in a child, which only raises).
+  {
+    nn::TrainingRunOptions opts = options(dir, "twice");
+    opts.log.clear();
+    nn::TrainingRun run(opts, *whole.model, *whole.optimizer, nullptr, {});
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      ::raise(SIGINT);
+      ::raise(SIGINT);
+      ::_exit(0);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGINT);
+    CHECK(run.interrupted() == 0);  // the parent saw nothing
+  }
+  // A signal ignored when the run starts stays ignored.
+  {
+    struct sigaction ignore = default_action;
+    ignore.sa_handler = SIG_IGN;
+    REQUIRE(::sigaction(SIGINT, &ignore, nullptr) == 0);
+    nn::TrainingRunOptions opts = options(dir, "ignored");
+    opts.log.clear();
+    nn::TrainingRun run(opts, *whole.model, *whole.optimizer, nullptr, {});
+    ::raise(SIGINT);
+    CHECK(run.interrupted() == 0);
+    CHECK(run.running());
+  }
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
 }
