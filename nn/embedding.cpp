@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "autograd/ops.h"
+#include "core/checked.h"
 #include "nn/init.h"
 
 namespace tinyformer::nn {
@@ -11,6 +12,7 @@ namespace tinyformer::nn {
 Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim) {
   TF_CHECK(num_embeddings > 0 && dim > 0, "Embedding: expected positive sizes, got ",
            num_embeddings, " x ", dim);
+  shape_numel({num_embeddings, dim}, "Embedding");
   weight = register_parameter("weight", randn({num_embeddings, dim}));
 }
 
@@ -37,6 +39,7 @@ Tensor add_positions(const Tensor& x, const Tensor& table, const char* op) {
 
 LearnedPositionalEncoding::LearnedPositionalEncoding(std::int64_t max_len, std::int64_t dim) {
   TF_CHECK(max_len > 0 && dim > 0, "LearnedPositionalEncoding: expected positive sizes");
+  shape_numel({max_len, dim}, "LearnedPositionalEncoding");
   weight = register_parameter("weight", empty({max_len, dim}));
   init::normal_(weight, 0.0, 0.02);
 }
@@ -47,7 +50,16 @@ Tensor LearnedPositionalEncoding::forward(const Tensor& x) const {
 
 SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(std::int64_t max_len, std::int64_t dim) {
   TF_CHECK(max_len > 0 && dim > 0, "SinusoidalPositionalEncoding: expected positive sizes");
-  std::vector<float> values(static_cast<std::size_t>(max_len * dim));
+  // The table is built in a host vector first, so its size is checked here as make_tensor
+  // would check it (core/checked.h).
+  const char* op = "SinusoidalPositionalEncoding";
+  const Shape shape{max_len, dim};
+  const std::int64_t numel = shape_numel(shape, op);
+  const std::int64_t bytes = checked_mul(numel, sizeof(float), op, shape);
+  TF_CHECK(bytes <= kMaxStorageBytes, op, ": out of memory: shape ", shape_str(shape),
+           " float32 asked for ", bytes, " bytes (more than the ", kMaxStorageBytes,
+           " bytes that one tensor may hold)");
+  std::vector<float> values(static_cast<std::size_t>(numel));
   for (std::int64_t p = 0; p < max_len; ++p) {
     for (std::int64_t i = 0; i < dim; ++i) {
       const double freq =
