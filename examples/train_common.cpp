@@ -12,6 +12,7 @@
 #include <map>
 #include <new>
 #include <sstream>
+#include <stdexcept>
 
 namespace train {
 
@@ -386,8 +387,8 @@ nn::TrainingRunOptions run_options(const RunFlags& f, const char* program, Devic
 
 int report_error(const char* program, std::exception_ptr error) {
   constexpr const char* kSmaller =
-      "; lower --batch or the sequence length, or use a smaller model (--d-model, --d-ff, "
-      "--layers)";
+      "; lower --batch, the sequence length, the model's size (--d-model, --d-ff, --layers) or "
+      "the amount of data";
   std::string message;
   try {
     std::rethrow_exception(error);
@@ -395,6 +396,8 @@ int report_error(const char* program, std::exception_ptr error) {
     message = e.what() + std::string(kSmaller);
   } catch (const std::bad_alloc&) {
     message = std::string("out of host memory") + kSmaller;
+  } catch (const std::length_error& e) {  // a std::vector or string asked for too many elements
+    message = std::string("a size too large for memory (") + e.what() + ")" + kSmaller;
   } catch (const fs::filesystem_error& e) {
     message = std::string(e.what()) +
               "; check that the path exists and that its permissions "
