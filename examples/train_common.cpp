@@ -28,8 +28,9 @@ std::string number_text(double value) {
 }
 
 // A validator that reads the flag's text as a number and asks `accept` about it; `expected`
-// completes "expected ..." in the message.
-CLI::Validator numeric(std::function<bool(double)> accept, const std::string& expected) {
+// completes "expected ..." in the message, `description` is what --help shows after the type.
+CLI::Validator numeric(std::function<bool(double)> accept, const std::string& expected,
+                       const std::string& description) {
   return CLI::Validator(
       [accept, expected](std::string& text) -> std::string {
         double value = 0;
@@ -38,20 +39,21 @@ CLI::Validator numeric(std::function<bool(double)> accept, const std::string& ex
         if (!accept(value)) return "expected " + expected + ", got " + text;
         return {};
       },
-      expected);
+      description);
 }
 
 }  // namespace
 
 CLI::Validator positive() {
-  return numeric([](double v) { return v > 0; }, "a value above 0");
+  return numeric([](double v) { return v > 0; }, "a value above 0", "POSITIVE");
 }
 CLI::Validator non_negative() {
-  return numeric([](double v) { return v >= 0; }, "a value of 0 or more");
+  return numeric([](double v) { return v >= 0; }, "a value of 0 or more", "NONNEGATIVE");
 }
 CLI::Validator in_range(double low, double high) {
+  const std::string lo = number_text(low), hi = number_text(high);
   return numeric([low, high](double v) { return v >= low && v <= high; },
-                 "a value from " + number_text(low) + " to " + number_text(high));
+                 "a value from " + lo + " to " + hi, "IN [" + lo + ", " + hi + "]");
 }
 
 void add_model_flags(CLI::App& app, ModelFlags& f) {
