@@ -97,3 +97,19 @@ TEST_CASE("Dropout: identity in eval, scaled mask in training") {
   CHECK(zeros_seen < 600);
   CHECK_THROWS_AS(nn::Dropout(1.0), Error);
 }
+
+TEST_CASE("init: fans of empty and convolution-shaped weights; initialising an empty one") {
+  // numel() / (size(0) * size(1)) divided by zero for a weight with an empty dim.
+  CHECK(nn::init::fan_in(empty({0, 5, 3})) == 15);
+  CHECK(nn::init::fan_out(empty({0, 5, 3})) == 0);
+  CHECK(nn::init::fan_in(empty({4, 0, 3})) == 0);
+  CHECK(nn::init::fan_out(empty({4, 0, 3})) == 12);
+  CHECK(nn::init::fan_in(empty({4, 5})) == 5);
+  for (const Shape& shape : {Shape{0, 5}, Shape{5, 0}, Shape{0, 0, 3}}) {
+    const Tensor w = empty(shape);
+    nn::init::xavier_uniform_(w);
+    nn::init::xavier_normal_(w);
+    nn::init::kaiming_uniform_(w, std::sqrt(5.0));
+    CHECK(w.numel() == 0);
+  }
+}
