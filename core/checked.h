@@ -9,11 +9,12 @@
 
 namespace tinyformer {
 
-// The largest storage one tensor may ask for: 2^47 bytes (128 TiB), the user address space of
-// a 64-bit Linux process. A request above it can never succeed, so it is refused before any
-// allocator sees it (a caching allocator would round it up, and a sanitizer's allocator aborts
-// on it instead of failing).
-inline constexpr std::int64_t kMaxStorageBytes = std::int64_t{1} << 47;
+// The largest storage one tensor may ask for: 2^40 bytes (1 TiB), more than any GPU holds and
+// than nearly any host has, and AddressSanitizer's own limit on one allocation. A request above
+// it is refused before any allocator sees it: it would fail there anyway, or, where the kernel
+// overcommits memory, succeed and take the machine down as it is filled, and a sanitizer's
+// allocator aborts on it instead of failing.
+inline constexpr std::int64_t kMaxStorageBytes = std::int64_t{1} << 40;
 
 // a + b and a * b into `out`; true when the exact result does not fit in an int64 (`out` then
 // holds the wrapped value, which must not be used).

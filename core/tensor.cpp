@@ -229,7 +229,7 @@ Tensor make_tensor(const Shape& shape, DType dtype, Device device, const char* o
   };
   if (bytes > kMaxStorageBytes) {
     out_of_memory(detail::concat("more than the ", kMaxStorageBytes,
-                                 " bytes, 128 TiB, that one tensor may hold"));
+                                 " bytes, 1 TiB, that one tensor may hold"));
   }
   try {
     impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(bytes), device);

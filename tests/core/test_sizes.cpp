@@ -103,12 +103,15 @@ TEST_CASE("factories: an element count or byte size that overflows is an Error, 
 }
 
 TEST_CASE("factories: a request above the cap of one tensor is OutOfMemory naming the bytes") {
-  // 2^46 float32 elements: 2^48 bytes, no overflow, more than any process can map.
-  const Shape shape{std::int64_t{1} << 46};
+  // 2^39 float32 elements: 2^41 bytes, no overflow, twice the cap.
+  const Shape shape{std::int64_t{1} << 39};
   const std::string message = error_of([&] { tf::empty(shape); });
   CHECK(message ==
-        "empty: out of memory: shape [70368744177664] float32 asked for 281474976710656 bytes "
-        "(more than the 140737488355328 bytes, 128 TiB, that one tensor may hold)");
+        "empty: out of memory: shape [549755813888] float32 asked for 2199023255552 bytes "
+        "(more than the 1099511627776 bytes, 1 TiB, that one tensor may hold)");
+  // One element above the cap (2^38 float32 elements) is refused before any allocator sees it.
+  CHECK(contains(error_of([] { tf::empty({(std::int64_t{1} << 38) + 1}); }),
+                 "asked for 1099511627780 bytes (more than"));
   CHECK_THROWS_AS(tf::randn(shape), tf::OutOfMemory);
   CHECK(contains(error_of([&] {
                    tf::zeros({k2_40, 1 << 8}, {.dtype = tf::kInt64});

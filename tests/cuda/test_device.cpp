@@ -104,13 +104,13 @@ TEST_CASE("device allocator: statistics, reuse, reset_peak, empty_cache, out of 
   CHECK(memory_stats(gpu).cached_bytes == 0);
   CHECK(memory_stats(gpu).current_bytes == s0.current_bytes);
 
-  // 2^43 float32 elements: 32 TiB, more than any GPU holds but below the cap of one tensor
-  // (kMaxStorageBytes), so the request reaches cudaMalloc.
+  // 2^37 float32 elements: 512 GiB, more than any GPU holds but below the cap of one tensor
+  // (kMaxStorageBytes, 1 TiB), so the request reaches cudaMalloc.
   const std::string message =
-      parity::error_of([&] { empty({std::int64_t{1} << 43}, {.device = gpu}); });
+      parity::error_of([&] { empty({std::int64_t{1} << 37}, {.device = gpu}); });
   INFO(message);
-  CHECK(contains(message, "empty: out of memory: shape [8796093022208] float32 asked for " +
-                              std::to_string(std::int64_t{1} << 45) + " bytes"));
+  CHECK(contains(message, "empty: out of memory: shape [137438953472] float32 asked for " +
+                              std::to_string(std::int64_t{1} << 39) + " bytes"));
   CHECK(contains(message, "free of"));
   CHECK(memory_stats(gpu).current_bytes == s0.current_bytes);
   // The allocator still works afterwards.

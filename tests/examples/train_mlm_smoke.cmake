@@ -1,8 +1,8 @@
 # ctest: train_mlm runs a few steps on a tiny text and writes its log and checkpoint; bad input
 # (a missing file, an empty file, an unknown flag value, a sequence longer than the model's
 # maximum, a checkpoint of another configuration, flag values out of range or not finite, a k
-# schedule that overflows, a path the file system cannot look up) exits non-zero with one line
-# on stderr and writes nothing.
+# schedule that overflows, a model too large for memory, a path the file system cannot look up)
+# exits non-zero with one line on stderr and writes nothing.
 #   cmake -DTRAIN_MLM=<binary> -DWORK_DIR=<scratch dir> -P train_mlm_smoke.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/tiny_corpus.cmake)
 file(REMOVE_RECURSE ${WORK_DIR})
@@ -79,6 +79,13 @@ expect_failure(nan_dropout "--dropout: expected a finite number, got nan"
 expect_failure(k_schedule_overflow "overflows a 64-bit integer" --data ${WORK_DIR}/tiny.txt
   --seq-len 32 --batch 8 --layers 3 --d-model 32 --heads 2 --d-ff 64 --threads 1 --steps 2
   --k-schedule linear:8,4611686018427387904,1 --checkpoint none)
+# A model too large for memory (a [10^12, 32] feed-forward weight) says what to lower.
+expect_failure(too_large "out of memory: shape [1000000000000, 32] float32 asked for" --data
+  ${WORK_DIR}/tiny.txt --seq-len 32 --batch 8 --layers 1 --d-model 32 --heads 2
+  --d-ff 1000000000000 --k 8 --threads 1 --steps 2 --checkpoint none)
+expect_failure(too_large_hint "lower --batch" --data ${WORK_DIR}/tiny.txt --seq-len 32 --batch 8
+  --layers 1 --d-model 32 --heads 2 --d-ff 1000000000000 --k 8 --threads 1 --steps 2
+  --checkpoint none)
 # A file system error (a path too long to look up) says what to check, on one line.
 string(REPEAT "a" 5000 long_name)
 expect_failure(long_path "check that the path exists" --data ${WORK_DIR}/${long_name} ${small}
