@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "core/shape.h"
 
 namespace tinyformer {
@@ -15,6 +16,12 @@ namespace tinyformer {
 // overcommits memory, succeed and take the machine down as it is filled, and a sanitizer's
 // allocator aborts on it instead of failing.
 inline constexpr std::int64_t kMaxStorageBytes = std::int64_t{1} << 40;
+
+// The bytes of a contiguous `shape` of `dtype`: an Error naming `op` and the shape when the
+// size arithmetic overflows, an OutOfMemory when it is above kMaxStorageBytes. The factories
+// call it; so does code that builds a tensor's values in a host vector first, before it
+// allocates that vector.
+std::int64_t storage_bytes(const Shape& shape, DType dtype, const char* op);
 
 // a + b and a * b into `out`; true when the exact result does not fit in an int64 (`out` then
 // holds the wrapped value, which must not be used).

@@ -213,6 +213,25 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
 // --- Factories ---
 
 namespace {
+[[noreturn]] void fail_out_of_memory(const char* op, const Shape& shape, DType dtype,
+                                     std::int64_t bytes, const std::string& why) {
+  throw OutOfMemory(detail::concat(op, ": out of memory: shape ", shape_str(shape), " ", dtype,
+                                   " asked for ", bytes, " bytes (", why, ")"));
+}
+}  // namespace
+
+std::int64_t storage_bytes(const Shape& shape, DType dtype, const char* op) {
+  const std::int64_t bytes = checked_mul(shape_numel(shape, op),
+                                         static_cast<std::int64_t>(element_size(dtype)), op, shape);
+  if (bytes > kMaxStorageBytes) {
+    fail_out_of_memory(op, shape, dtype, bytes,
+                       detail::concat("more than the ", kMaxStorageBytes,
+                                      " bytes, 1 TiB, that one tensor may hold"));
+  }
+  return bytes;
+}
+
+namespace {
 // A fresh contiguous tensor for the factory `op`. Every size computed here is checked, and an
 // allocation that cannot be served is an OutOfMemory naming the op, the shape and the bytes.
 Tensor make_tensor(const Shape& shape, DType dtype, Device device, const char* op) {
@@ -221,16 +240,10 @@ Tensor make_tensor(const Shape& shape, DType dtype, Device device, const char* o
   }
   auto impl = std::make_shared<TensorImpl>();
   impl->strides = contiguous_strides(shape, op);
-  const std::int64_t bytes = checked_mul(shape_numel(shape, op),
-                                         static_cast<std::int64_t>(element_size(dtype)), op, shape);
+  const std::int64_t bytes = storage_bytes(shape, dtype, op);
   auto out_of_memory = [&](const std::string& why) {
-    throw OutOfMemory(detail::concat(op, ": out of memory: shape ", shape_str(shape), " ", dtype,
-                                     " asked for ", bytes, " bytes (", why, ")"));
+    fail_out_of_memory(op, shape, dtype, bytes, why);
   };
-  if (bytes > kMaxStorageBytes) {
-    out_of_memory(detail::concat("more than the ", kMaxStorageBytes,
-                                 " bytes, 1 TiB, that one tensor may hold"));
-  }
   try {
     impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(bytes), device);
   } catch (const OutOfMemory& e) {

@@ -50,16 +50,9 @@ Tensor LearnedPositionalEncoding::forward(const Tensor& x) const {
 
 SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(std::int64_t max_len, std::int64_t dim) {
   TF_CHECK(max_len > 0 && dim > 0, "SinusoidalPositionalEncoding: expected positive sizes");
-  // The table is built in a host vector first, so its size is checked here as make_tensor
-  // would check it (core/checked.h).
-  const char* op = "SinusoidalPositionalEncoding";
-  const Shape shape{max_len, dim};
-  const std::int64_t numel = shape_numel(shape, op);
-  const std::int64_t bytes = checked_mul(numel, sizeof(float), op, shape);
-  TF_CHECK(bytes <= kMaxStorageBytes, op, ": out of memory: shape ", shape_str(shape),
-           " float32 asked for ", bytes, " bytes (more than the ", kMaxStorageBytes,
-           " bytes that one tensor may hold)");
-  std::vector<float> values(static_cast<std::size_t>(numel));
+  // The table is built in a host vector first, so its size is checked before that vector is.
+  storage_bytes({max_len, dim}, DType::float32, "SinusoidalPositionalEncoding");
+  std::vector<float> values(static_cast<std::size_t>(max_len * dim));
   for (std::int64_t p = 0; p < max_len; ++p) {
     for (std::int64_t i = 0; i < dim; ++i) {
       const double freq =

@@ -119,6 +119,13 @@ TEST_CASE("factories: a request above the cap of one tensor is OutOfMemory namin
                  "zeros: out of memory: shape [1099511627776, 256] int64 asked for "
                  "2251799813685248 bytes"));
   CHECK(tf::empty({0, std::int64_t{1} << 62}).numel() == 0);  // no byte asked for
+  // The same check for code that fills a host vector before it makes the tensor.
+  CHECK(tf::storage_bytes({2, 3}, tf::kFloat64, "op") == 48);
+  CHECK_THROWS_AS(tf::storage_bytes(shape, tf::kFloat32, "op"), tf::OutOfMemory);
+  CHECK(contains(error_of([] {
+                   tf::storage_bytes({k2_40, k2_40}, tf::kBool, "op");
+                 }),
+                 "op: shape [1099511627776, 1099511627776] is too large"));
 }
 
 namespace tinyformer {

@@ -113,3 +113,20 @@ TEST_CASE("init: fans of empty and convolution-shaped weights; initialising an e
     CHECK(w.numel() == 0);
   }
 }
+
+TEST_CASE("embedding and position tables too large to count or hold are Errors naming the layer") {
+  constexpr std::int64_t big = std::int64_t{1} << 62;
+  CHECK_THROWS_WITH_AS(nn::Embedding(260, big),
+                       "Embedding: shape [260, 4611686018427387904] is too large (260 * "
+                       "4611686018427387904 overflows a 64-bit integer)",
+                       Error);
+  CHECK_THROWS_WITH_AS(
+      nn::LearnedPositionalEncoding(big, 64),
+      doctest::Contains("LearnedPositionalEncoding: shape [4611686018427387904, 64]"), Error);
+  // The sinusoidal table is computed in a host vector, checked before it is made.
+  CHECK_THROWS_WITH_AS(
+      nn::SinusoidalPositionalEncoding(std::int64_t{1} << 40, 2),
+      doctest::Contains("SinusoidalPositionalEncoding: out of memory: shape "
+                        "[1099511627776, 2] float32 asked for 8796093022208 bytes"),
+      OutOfMemory);
+}
