@@ -5,6 +5,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
+#include "core/checked.h"
 
 namespace tinyformer {
 
@@ -85,12 +86,14 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::in
            shape_str(weight.shape()));
   TF_CHECK(stride > 0, "conv1d: expected a positive stride, got ", stride);
   TF_CHECK(padding >= 0, "conv1d: expected padding >= 0, got ", padding);
-  TF_CHECK(x.size(-1) + 2 * padding >= k, "conv1d: the kernel (", k,
-           ") is longer than the padded input (", x.size(-1), " + 2 * ", padding, ")");
+  const std::int64_t padded =
+      checked_add(x.size(-1), checked_mul(2, padding, "conv1d", x.shape()), "conv1d", x.shape());
+  TF_CHECK(padded >= k, "conv1d: the kernel (", k, ") is longer than the padded input (",
+           x.size(-1), " + 2 * ", padding, ")");
   return with_batch(x, [&](const Tensor& x3) {
     const Tensor xc = raw::contiguous(x3), wc = raw::contiguous(weight);
     const Tensor bc = bias.defined() ? raw::contiguous(bias) : Tensor();
-    const std::int64_t lout = (x3.size(2) + 2 * padding - k) / stride + 1;
+    const std::int64_t lout = (padded - k) / stride + 1;
     Tensor out = empty({x3.size(0), cout, lout}, {.dtype = x.dtype(), .device = x.device()});
     if (out.numel() > 0) backend(x.device()).conv1d(xc, wc, bc, stride, padding, out);
     // The backward kernel needs both x (for grad_weight) and weight (for grad_x).

@@ -26,10 +26,11 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
            ", the weight on ", weight.device());
   const std::int64_t vocab = weight.size(0), d = weight.size(1), n = indices.numel();
   // idx: [N], out: [N, D] seen as indices.shape + [D].
-  const Tensor ic = raw::contiguous(indices);
-  const Tensor idx = raw::as_strided(ic, {n}, {1}, ic.offset());
   Shape out_shape = indices.shape();
   out_shape.push_back(d);
+  shape_numel(out_shape, "embedding");  // throws when the [N, D] output is too large to count
+  const Tensor ic = raw::contiguous(indices);
+  const Tensor idx = raw::as_strided(ic, {n}, {1}, ic.offset());
   Tensor out = empty(out_shape, {.dtype = weight.dtype(), .device = weight.device()});
   if (out.numel() > 0) {
     backend(weight.device()).index_select(weight, idx, raw::as_strided(out, {n, d}, {d, 1}, 0));

@@ -128,6 +128,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   a_full.insert(a_full.end(), {m, k});
   b_full.insert(b_full.end(), {k, n});
   out_full.insert(out_full.end(), {m, n});
+  shape_numel(out_full, "matmul");  // [2^40, 1] @ [1, 2^40]: more elements than an int64 counts
   Tensor out_full_t = batched_product(raw::expand(a2, a_full, "matmul"),
                                       raw::expand(b2, b_full, "matmul"), out_full);
 

@@ -9,6 +9,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
+#include "core/checked.h"
 
 namespace tinyformer {
 
@@ -28,8 +29,9 @@ std::int64_t wrap_dim(const Tensor& x, std::int64_t dim, const char* op) {
 
 // A new handle onto x's storage with the given layout (never x itself, so that recording a
 // node on it leaves x's own history alone).
-Tensor alias(const Tensor& x, const Shape& shape, const Shape& strides, std::int64_t offset) {
-  return raw::as_strided(x, shape, strides, offset);
+Tensor alias(const Tensor& x, const Shape& shape, const Shape& strides, std::int64_t offset,
+             const char* op) {
+  return raw::as_strided(x, shape, strides, offset, op);
 }
 
 // Replaces one -1 in `shape` by the size that makes the element count `numel`.
@@ -43,8 +45,15 @@ Shape infer_shape(const Shape& shape, std::int64_t numel, const char* op) {
       inferred = i;
     } else {
       TF_CHECK(shape[i] >= 0, op, ": expected sizes >= 0 (or one -1), got ", shape_str(shape));
-      known *= shape[i];
     }
+  }
+  // The product with zeros counted as 1 must fit (core/shape.h), whatever the element count;
+  // then the product of the known sizes does too.
+  std::int64_t extent = 1;
+  for (std::int64_t d : shape) {
+    if (d == -1) continue;
+    extent = checked_mul(extent, std::max<std::int64_t>(d, 1), op, shape);
+    known *= d;
   }
   if (inferred) {
     TF_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape_str(shape),
@@ -72,15 +81,18 @@ std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strid
   auto view_d = static_cast<std::int64_t>(new_shape.size()) - 1;
   std::int64_t chunk_base_stride = old_strides.back();
   std::int64_t tensor_numel = 1, view_numel = 1;
+  // The element counts are products of sizes of valid shapes and fit; a stride times a count
+  // can overflow when a size-1 dim carries a huge stride, and such a layout is not viewed.
+  std::int64_t span = 0;
   for (auto tensor_d = static_cast<std::int64_t>(old_shape.size()) - 1; tensor_d >= 0; --tensor_d) {
     tensor_numel *= old_shape[tensor_d];
     // A chunk ends where the next old dim is not laid out right after this one.
+    if (mul_overflows(tensor_numel, chunk_base_stride, span)) return std::nullopt;
     const bool chunk_ends =
-        tensor_d == 0 || (old_shape[tensor_d - 1] != 1 &&
-                          old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride);
+        tensor_d == 0 || (old_shape[tensor_d - 1] != 1 && old_strides[tensor_d - 1] != span);
     if (!chunk_ends) continue;
     while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
-      new_strides[view_d] = view_numel * chunk_base_stride;
+      if (mul_overflows(view_numel, chunk_base_stride, new_strides[view_d])) return std::nullopt;
       view_numel *= new_shape[view_d];
       --view_d;
     }
@@ -102,25 +114,28 @@ struct Window {
   bool drop_dim;
 };
 
-Tensor window_view(const Tensor& x, const Window& w) {
+Tensor window_view(const Tensor& x, const Window& w, const char* op) {
   Shape shape = x.shape(), strides = x.strides();
-  const std::int64_t offset = x.offset() + w.start * strides[w.dim];
+  const std::int64_t offset =
+      checked_add(x.offset(), checked_mul(w.start, strides[w.dim], op, shape), op, shape);
   if (w.drop_dim) {
     shape.erase(shape.begin() + w.dim);
     strides.erase(strides.begin() + w.dim);
   } else {
+    // The step matters only between two elements: a window of at most one keeps the stride
+    // (a huge step must not overflow it).
+    if (w.count > 1) strides[w.dim] = checked_mul(strides[w.dim], w.step, op, shape);
     shape[w.dim] = w.count;
-    strides[w.dim] *= w.step;
   }
-  return alias(x, shape, strides, offset);
+  return alias(x, shape, strides, offset, op);
 }
 
 // The window's gradient is g in the window's place and zero elsewhere.
 Tensor windowed(const char* name, const Tensor& x, const Window& w) {
   const Shape in_shape = x.shape();
-  return record(name, window_view(x, w), {x}, [in_shape, w](const Tensor& g) {
+  return record(name, window_view(x, w, name), {x}, [in_shape, w, name](const Tensor& g) {
     Tensor gx = zeros(in_shape, {.dtype = g.dtype(), .device = g.device()});
-    raw::copy(g, window_view(gx, w));
+    raw::copy(g, window_view(gx, w, name));
     return std::vector<Tensor>{gx};
   });
 }
@@ -128,7 +143,7 @@ Tensor windowed(const char* name, const Tensor& x, const Window& w) {
 // A view with x's elements in a new shape; the gradient goes back through reshape.
 Tensor reshaped_view(const char* name, const Tensor& x, const Shape& shape, const Shape& strides) {
   const Shape in_shape = x.shape();
-  return record(name, alias(x, shape, strides, x.offset()), {x},
+  return record(name, alias(x, shape, strides, x.offset(), name), {x},
                 [in_shape](const Tensor& g) { return std::vector<Tensor>{reshape(g, in_shape)}; });
 }
 
@@ -174,7 +189,7 @@ Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1) {
     std::swap(shape[d0], shape[d1]);
     std::swap(strides[d0], strides[d1]);
   }
-  return record("transpose", alias(x, shape, strides, x.offset()), {x},
+  return record("transpose", alias(x, shape, strides, x.offset(), "transpose"), {x},
                 [d0, d1](const Tensor& g) { return std::vector<Tensor>{transpose(g, d0, d1)}; });
 }
 
@@ -191,7 +206,7 @@ Tensor permute(const Tensor& x, const Shape& dims) {
     shape[i] = x.size(d);
     strides[i] = x.stride(d);
   }
-  return record("permute", alias(x, shape, strides, x.offset()), {x},
+  return record("permute", alias(x, shape, strides, x.offset(), "permute"), {x},
                 [inverse](const Tensor& g) { return std::vector<Tensor>{permute(g, inverse)}; });
 }
 
@@ -204,7 +219,9 @@ Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_t
   // Python's rules: negative bounds count from the end, then both clamp into [0, n].
   auto clamp = [n](std::int64_t i) { return std::clamp<std::int64_t>(i < 0 ? i + n : i, 0, n); };
   const std::int64_t lo = clamp(start), hi = std::max(lo, clamp(end));
-  return windowed("slice", x, {d, lo, (hi - lo + step - 1) / step, step, false});
+  // ceil((hi - lo) / step) without forming hi - lo + step - 1, which a huge step overflows.
+  const std::int64_t count = hi == lo ? 0 : (hi - lo - 1) / step + 1;
+  return windowed("slice", x, {d, lo, count, step, false});
 }
 
 Tensor narrow(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_t length) {
@@ -214,7 +231,7 @@ Tensor narrow(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_
   TF_CHECK(start >= -n && start <= n, "narrow: start ", start, " is out of range for dim ", d,
            " of size ", n);
   const std::int64_t s = start < 0 ? start + n : start;
-  TF_CHECK(length >= 0 && s + length <= n, "narrow: expected 0 <= length <= ", n - s, " (dim ", d,
+  TF_CHECK(length >= 0 && length <= n - s, "narrow: expected 0 <= length <= ", n - s, " (dim ", d,
            " of size ", n, " from ", s, "), got length ", length);
   return windowed("narrow", x, {d, s, length, 1, false});
 }
@@ -232,8 +249,10 @@ Tensor unsqueeze(const Tensor& x, std::int64_t dim) {
   check_defined(x, "unsqueeze");
   const std::int64_t d = normalize_dim(dim, x.dim() + 1, "unsqueeze");
   Shape shape = x.shape(), strides = x.strides();
-  // Any stride works for a size-1 dim; this one keeps a contiguous input contiguous.
-  const std::int64_t stride = d < x.dim() ? x.stride(d) * x.size(d) : 1;
+  // Any stride works for a size-1 dim; this one keeps a contiguous input contiguous (1 where
+  // the product would overflow, for an empty view with a huge stride).
+  std::int64_t stride = 1;
+  if (d < x.dim() && mul_overflows(x.stride(d), x.size(d), stride)) stride = 1;
   shape.insert(shape.begin() + d, 1);
   strides.insert(strides.begin() + d, stride);
   return reshaped_view("unsqueeze", x, shape, strides);
@@ -276,7 +295,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     target[i] = x.shape()[i - lead];
   }
   Tensor out = raw::expand(x, target, "expand");
-  if (out.is_same(x)) out = alias(x, x.shape(), x.strides(), x.offset());
+  if (out.is_same(x)) out = alias(x, x.shape(), x.strides(), x.offset(), "expand");
   return record("expand", out, {x}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
 }
 
@@ -352,20 +371,20 @@ Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) {
     }
     TF_CHECK(same_other_dims, "cat: expected shapes that match ", shape_str(first.shape()),
              " except in dim ", d, ", got ", shape_str(t.shape()), " for tensor ", i);
-    shape[d] += t.size(d);
+    shape[d] = checked_add(shape[d], t.size(d), "cat", t.shape());
   }
   Tensor out = empty(shape, {.dtype = first.dtype(), .device = first.device()});
   std::vector<Window> windows;
   std::int64_t start = 0;
   for (const Tensor& t : tensors) {
     const Window w{d, start, t.size(d), 1, false};
-    if (t.numel() > 0) backend(out.device()).copy(t, window_view(out, w));
+    if (t.numel() > 0) backend(out.device()).copy(t, window_view(out, w, "cat"));
     windows.push_back(w);
     start += t.size(d);
   }
   return record("cat", out, tensors, [windows](const Tensor& g) {
     std::vector<Tensor> grads;
-    for (const Window& w : windows) grads.push_back(window_view(g, w));
+    for (const Window& w : windows) grads.push_back(window_view(g, w, "cat"));
     return grads;
   });
 }

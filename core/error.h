@@ -14,6 +14,13 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An allocation the device could not serve. make_tensor's message names the op, the shape and
+// the bytes asked for; an allocator's own message says what the device had left.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <typename... Parts>
 std::string concat(const Parts&... parts) {

@@ -149,9 +149,12 @@ TF_HOST_DEVICE inline float exp_poly(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  // Unsigned arithmetic: a NaN's n converts to an arbitrary integer, whose shifted sum must not
-  // overflow a signed type (p is NaN then, and stays NaN whatever is added to its exponent).
-  const auto ni = static_cast<std::uint32_t>(static_cast<std::int32_t>(n));
+  // A NaN x leaves n NaN, and converting a NaN to an integer is undefined behaviour: this
+  // select (a compare and a mask) makes that n 0, so that p, NaN too, gets nothing added to its
+  // exponent bits and stays NaN. Unsigned arithmetic keeps the shifted sum from overflowing a
+  // signed type.
+  const float n_finite = n == n ? n : 0.0f;
+  const auto ni = static_cast<std::uint32_t>(static_cast<std::int32_t>(n_finite));
   float y = float_from_bits(bits_from_float(p) + (ni << 23));
   y = x < kMin ? 0.0f : y;
   return x >= kMax ? std::numeric_limits<float>::infinity() : y;

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/backend.h"
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace tinyformer {
@@ -83,7 +84,8 @@ ConvShape conv_shape(Op kind, const char* op, const Tensor& x, const Tensor& wei
   TF_CHECK(padding >= 0, op, ": expected padding >= 0, got ", padding);
   TF_CHECK(weight.size(2) >= 1, op, ": expected a kernel of at least 1, got ",
            shape_str(weight.shape()));
-  const std::int64_t padded = x.size(2) + 2 * padding;
+  const std::int64_t padded =
+      checked_add(x.size(2), checked_mul(2, padding, op, x.shape()), op, x.shape());
   TF_CHECK(padded >= weight.size(2), op, ": the kernel (", weight.size(2),
            ") is longer than the padded input (", padded, ")");
   return {x.size(0),      x.size(1), x.size(2), weight.size(0),

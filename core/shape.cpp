@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace tinyformer {
@@ -16,18 +17,32 @@ std::string shape_str(const Shape& shape) {
   return s + "]";
 }
 
-std::int64_t shape_numel(const Shape& shape) {
-  std::int64_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
+void fail_size_overflow(const char* op, const Shape& shape, std::int64_t a, char sign,
+                        std::int64_t b) {
+  fail(op, ": shape ", shape_str(shape), " is too large (", a, " ", sign, " ", b,
+       " overflows a 64-bit integer)");
 }
 
-Shape contiguous_strides(const Shape& shape) {
+std::int64_t shape_numel(const Shape& shape, const char* op) {
+  // The product skips zeros (see the header), so a zero anywhere does not hide an overflow.
+  std::int64_t n = 1;
+  bool empty = false;
+  for (auto d : shape) {
+    if (d == 0) {
+      empty = true;
+    } else {
+      n = checked_mul(n, d, op, shape);
+    }
+  }
+  return empty ? 0 : n;
+}
+
+Shape contiguous_strides(const Shape& shape, const char* op) {
   Shape strides(shape.size());
   std::int64_t s = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<std::int64_t>(shape[i], 1);
+    s = checked_mul(s, std::max<std::int64_t>(shape[i], 1), op, shape);
   }
   return strides;
 }
@@ -49,6 +64,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
              " cannot be broadcast together (dim ", i, ": ", da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
+  shape_numel(out, op);  // [2^40, 1] and [1, 2^40] broadcast to more elements than an int64 counts
   return out;
 }
 

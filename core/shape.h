@@ -11,8 +11,13 @@ namespace tinyformer {
 using Shape = std::vector<std::int64_t>;
 
 std::string shape_str(const Shape& shape);  // "[2, 3]"
-std::int64_t shape_numel(const Shape& shape);
-Shape contiguous_strides(const Shape& shape);
+
+// Every shape a tensor may have keeps the product of its sizes, zeros counted as 1, within an
+// int64: then its element count, its contiguous strides and any product of some of its sizes
+// fit too, even when a zero size makes the element count 0. These two throw an Error naming
+// `op` and the shape when it does not hold (core/checked.h).
+std::int64_t shape_numel(const Shape& shape, const char* op = "numel");
+Shape contiguous_strides(const Shape& shape, const char* op = "contiguous_strides");
 
 // Maps a possibly negative dim into [0, ndim); throws naming `op` when out of range.
 std::int64_t normalize_dim(std::int64_t dim, std::int64_t ndim, const char* op);

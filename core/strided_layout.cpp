@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace tinyformer {
@@ -36,7 +37,9 @@ StridedLayout coalesce(const Shape& shape, std::initializer_list<const Shape*> s
     bool merge = !layout.sizes.empty();
     std::size_t k = 0;
     for (const Shape* s : strides) {
-      merge = merge && layout.strides[k].back() == (*s)[d] * shape[d];
+      // A product that overflows cannot be a stride of the same storage: no merge.
+      std::int64_t span = 0;
+      merge = merge && !mul_overflows((*s)[d], shape[d], span) && layout.strides[k].back() == span;
       ++k;
     }
     if (merge) {

@@ -5,8 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <iomanip>
+#include <new>
+#include <string>
 
 #include "core/backend.h"
+#include "core/checked.h"
 #include "core/random.h"
 
 namespace tinyformer {
@@ -63,8 +66,17 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::data_ptr() const {
   check_defined("data_ptr");
-  return static_cast<char*>(impl_->storage->data()) +
-         impl_->offset * static_cast<std::int64_t>(element_size(impl_->dtype));
+  char* data = static_cast<char*>(impl_->storage->data());
+  // Only an empty view can start past the end of its storage (a window of a tensor with a zero
+  // size elsewhere: its offset counts elements it does not have). Nothing is read through its
+  // pointer, so it gets the storage's own instead of one computed out of bounds.
+  std::int64_t byte_offset = 0;
+  if (mul_overflows(impl_->offset, static_cast<std::int64_t>(element_size(impl_->dtype)),
+                    byte_offset) ||
+      byte_offset < 0 || static_cast<std::uint64_t>(byte_offset) > impl_->storage->nbytes()) {
+    return data;
+  }
+  return data + byte_offset;
 }
 
 template <typename T>
@@ -201,16 +213,45 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
 // --- Factories ---
 
 namespace {
-Tensor make_tensor(const Shape& shape, DType dtype, Device device) {
+[[noreturn]] void fail_out_of_memory(const char* op, const Shape& shape, DType dtype,
+                                     std::int64_t bytes, const std::string& why) {
+  throw OutOfMemory(detail::concat(op, ": out of memory: shape ", shape_str(shape), " ", dtype,
+                                   " asked for ", bytes, " bytes (", why, ")"));
+}
+}  // namespace
+
+std::int64_t storage_bytes(const Shape& shape, DType dtype, const char* op) {
+  const std::int64_t bytes = checked_mul(shape_numel(shape, op),
+                                         static_cast<std::int64_t>(element_size(dtype)), op, shape);
+  if (bytes > kMaxStorageBytes) {
+    fail_out_of_memory(op, shape, dtype, bytes,
+                       detail::concat("more than the ", kMaxStorageBytes,
+                                      " bytes, 1 TiB, that one tensor may hold"));
+  }
+  return bytes;
+}
+
+namespace {
+// A fresh contiguous tensor for the factory `op`. Every size computed here is checked, and an
+// allocation that cannot be served is an OutOfMemory naming the op, the shape and the bytes.
+Tensor make_tensor(const Shape& shape, DType dtype, Device device, const char* op) {
   for (auto d : shape) {
-    TF_CHECK(d >= 0, "empty: expected non-negative sizes, got shape ", shape_str(shape));
+    TF_CHECK(d >= 0, op, ": expected non-negative sizes, got shape ", shape_str(shape));
   }
   auto impl = std::make_shared<TensorImpl>();
-  const auto n = shape_numel(shape);
-  impl->storage =
-      std::make_shared<Storage>(static_cast<std::size_t>(n) * element_size(dtype), device);
+  impl->strides = contiguous_strides(shape, op);
+  const std::int64_t bytes = storage_bytes(shape, dtype, op);
+  auto out_of_memory = [&](const std::string& why) {
+    fail_out_of_memory(op, shape, dtype, bytes, why);
+  };
+  try {
+    impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(bytes), device);
+  } catch (const OutOfMemory& e) {
+    out_of_memory(e.what());
+  } catch (const std::bad_alloc&) {
+    out_of_memory("the allocator failed");
+  }
   impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
@@ -222,23 +263,28 @@ Tensor finish(Tensor t, const TensorOptions& options) {
 }  // namespace
 
 Tensor empty(const Shape& shape, const TensorOptions& options) {
-  return finish(make_tensor(shape, options.dtype, options.device), options);
+  return finish(make_tensor(shape, options.dtype, options.device, "empty"), options);
 }
 
-Tensor full(const Shape& shape, double value, const TensorOptions& options) {
-  Tensor t = make_tensor(shape, options.dtype, options.device);
+namespace {
+Tensor filled(const Shape& shape, double value, const TensorOptions& options, const char* op) {
+  Tensor t = make_tensor(shape, options.dtype, options.device, op);
   raw::fill(t, value);
   return finish(t, options);
 }
+}  // namespace
 
+Tensor full(const Shape& shape, double value, const TensorOptions& options) {
+  return filled(shape, value, options, "full");
+}
 Tensor zeros(const Shape& shape, const TensorOptions& options) {
-  return full(shape, 0.0, options);
+  return filled(shape, 0.0, options, "zeros");
 }
 Tensor ones(const Shape& shape, const TensorOptions& options) {
-  return full(shape, 1.0, options);
+  return filled(shape, 1.0, options, "ones");
 }
 Tensor scalar_tensor(double value, const TensorOptions& options) {
-  return full({}, value, options);
+  return filled({}, value, options, "scalar_tensor");
 }
 
 Tensor empty_like(const Tensor& t) {
@@ -255,11 +301,17 @@ Tensor full_like(const Tensor& t, double value) {
 }
 
 Tensor arange(double start, double end, double step, const TensorOptions& options) {
+  TF_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
+           "arange: expected finite start, end and step, got ", start, ", ", end, " and ", step);
   TF_CHECK(step != 0.0, "arange: expected a non-zero step, got 0");
-  TF_CHECK((end - start) / step >= 0, "arange: the step ", step, " never reaches ", end, " from ",
-           start);
-  const auto n = static_cast<std::int64_t>(std::ceil((end - start) / step));
-  Tensor t = make_tensor({n}, options.dtype, options.device);
+  const double length = std::ceil((end - start) / step);
+  TF_CHECK(length >= 0, "arange: the step ", step, " never reaches ", end, " from ", start);
+  // 2^63 is the first double an int64 cannot hold (converting it would be undefined); any
+  // length below it is then checked against the memory it needs.
+  TF_CHECK(length < 9223372036854775808.0, "arange: [", start, ", ", end, ") in steps of ", step,
+           " has ", length, " elements, more than a 64-bit size can count");
+  const auto n = static_cast<std::int64_t>(length);
+  Tensor t = make_tensor({n}, options.dtype, options.device, "arange");
   if (n > 0) backend(t.device()).arange(t, start, step);
   return finish(t, options);
 }
@@ -272,7 +324,7 @@ namespace {
 Tensor random_tensor(const Shape& shape, const TensorOptions& options, RandomKind kind, double a,
                      double b, const char* op) {
   TF_CHECK(is_floating(options.dtype), op, ": expected a floating dtype, got ", options.dtype);
-  Tensor t = make_tensor(shape, options.dtype, options.device);
+  Tensor t = make_tensor(shape, options.dtype, options.device, op);
   const auto [seed, offset] = default_generator().reserve(static_cast<std::uint64_t>(t.numel()));
   if (t.numel() > 0) backend(t.device()).random(t, kind, seed, offset, a, b);
   return finish(t, options);
@@ -288,10 +340,10 @@ Tensor rand(const Shape& shape, const TensorOptions& options) {
 
 template <typename T>
 Tensor from(const std::vector<T>& values, const Shape& shape, Device device) {
-  TF_CHECK(static_cast<std::int64_t>(values.size()) == shape_numel(shape), "from: shape ",
-           shape_str(shape), " holds ", shape_numel(shape), " elements, got ", values.size(),
-           " values");
-  Tensor host = make_tensor(shape, dtype_of<T>(), Device::cpu());
+  const std::int64_t n = shape_numel(shape, "from");
+  TF_CHECK(static_cast<std::int64_t>(values.size()) == n, "from: shape ", shape_str(shape),
+           " holds ", n, " elements, got ", values.size(), " values");
+  Tensor host = make_tensor(shape, dtype_of<T>(), Device::cpu(), "from");
   if constexpr (std::is_same_v<T, bool>) {
     auto* p = static_cast<bool*>(host.data_ptr());
     for (std::size_t i = 0; i < values.size(); ++i) p[i] = values[i];
@@ -310,22 +362,27 @@ template Tensor from<bfloat16>(const std::vector<bfloat16>&, const Shape&, Devic
 
 namespace raw {
 
-Tensor as_strided(const Tensor& base, const Shape& shape, const Shape& strides,
-                  std::int64_t offset) {
-  TF_CHECK(shape.size() == strides.size(), "as_strided: ", shape.size(), " sizes but ",
-           strides.size(), " strides");
-  // Every reachable element must lie inside the storage.
-  std::int64_t lo = offset, hi = offset;
-  bool empty = false;
+Tensor as_strided(const Tensor& base, const Shape& shape, const Shape& strides, std::int64_t offset,
+                  const char* op) {
+  TF_CHECK(shape.size() == strides.size(), op, ": ", shape.size(), " sizes but ", strides.size(),
+           " strides");
   for (std::size_t i = 0; i < shape.size(); ++i) {
-    TF_CHECK(shape[i] >= 0, "as_strided: negative size in ", shape_str(shape));
-    if (shape[i] == 0) empty = true;
-    const std::int64_t span = (shape[i] - 1) * strides[i];
-    (span < 0 ? lo : hi) += span;
+    TF_CHECK(shape[i] >= 0, op, ": negative size in ", shape_str(shape));
   }
+  const bool empty = shape_numel(shape, op) == 0;
+  // Every reachable element must lie inside the storage (an empty view reaches none). A span
+  // that overflows reaches outside any storage.
   const auto capacity =
       static_cast<std::int64_t>(base.storage()->nbytes() / element_size(base.dtype()));
-  TF_CHECK(empty || (lo >= 0 && hi < capacity), "as_strided: the view ", shape_str(shape),
+  std::int64_t lo = offset, hi = offset;
+  bool inside = true;
+  for (std::size_t i = 0; !empty && inside && i < shape.size(); ++i) {
+    std::int64_t span = 0;
+    inside = !mul_overflows(shape[i] - 1, strides[i], span);
+    std::int64_t& end = span < 0 ? lo : hi;
+    inside = inside && !add_overflows(end, span, end);
+  }
+  TF_CHECK(empty || (inside && lo >= 0 && hi < capacity), op, ": the view ", shape_str(shape),
            " with strides ", shape_str(strides), " at offset ", offset,
            " reaches outside a storage of ", capacity, " elements");
   auto impl = std::make_shared<TensorImpl>();
@@ -349,7 +406,7 @@ Tensor expand(const Tensor& t, const Shape& shape, const char* op) {
              " to ", shape_str(shape));
     strides[d + lead] = have == want ? t.stride(d) : 0;
   }
-  return as_strided(t, shape, strides, t.offset());
+  return as_strided(t, shape, strides, t.offset(), op);
 }
 
 void copy(const Tensor& src, const Tensor& dst) {

@@ -157,9 +157,10 @@ Tensor from(std::initializer_list<T> values, const Shape& shape, Device device =
 
 // --- Raw (non-differentiable) layout operations used by autograd/ and the backends ---
 namespace raw {
-// A tensor that shares `base`'s storage with the given layout (bounds are checked).
-Tensor as_strided(const Tensor& base, const Shape& shape, const Shape& strides,
-                  std::int64_t offset);
+// A tensor that shares `base`'s storage with the given layout (bounds are checked, and errors
+// name `op`).
+Tensor as_strided(const Tensor& base, const Shape& shape, const Shape& strides, std::int64_t offset,
+                  const char* op = "as_strided");
 // `t` broadcast to `shape` (NumPy rules) as a stride-0 view; throws naming `op` on a mismatch.
 Tensor expand(const Tensor& t, const Shape& shape, const char* op);
 // Copies `src` into `dst` (same shape; dtypes and devices may differ).

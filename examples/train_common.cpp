@@ -4,14 +4,57 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <new>
 #include <sstream>
+#include <stdexcept>
 
 namespace train {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// %g: 0.99, 1e-06, 128 (never the 309 digits of DBL_MAX).
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+// A validator that reads the flag's text as a number and asks `accept` about it; `expected`
+// completes "expected ..." in the message, `description` is what --help shows after the type.
+CLI::Validator numeric(std::function<bool(double)> accept, const std::string& expected,
+                       const std::string& description) {
+  return CLI::Validator(
+      [accept, expected](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return "expected a number, got '" + text + "'";
+        if (!std::isfinite(value)) return "expected a finite number, got " + text;
+        if (!accept(value)) return "expected " + expected + ", got " + text;
+        return {};
+      },
+      description);
+}
+
+}  // namespace
+
+CLI::Validator positive() {
+  return numeric([](double v) { return v > 0; }, "a value above 0", "POSITIVE");
+}
+CLI::Validator non_negative() {
+  return numeric([](double v) { return v >= 0; }, "a value of 0 or more", "NONNEGATIVE");
+}
+CLI::Validator in_range(double low, double high) {
+  const std::string lo = number_text(low), hi = number_text(high);
+  return numeric([low, high](double v) { return v >= low && v <= high; },
+                 "a value from " + lo + " to " + hi, "IN [" + lo + ", " + hi + "]");
+}
 
 void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_option("--attention", f.attention,
@@ -20,7 +63,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
       ->check(CLI::IsMember({"full", "linformer"}))
       ->capture_default_str();
   app.add_option("--k", f.k, "Linformer: projected length k, the same in every layer")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   app.add_option("--k-schedule", f.k_schedule,
                  "Linformer: k per layer instead of --k: linear:k0,step,kmin (k_l = max(kmin, "
@@ -38,26 +81,20 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
       ->capture_default_str();
   app.add_option("--projection-lr-scale", f.projection_lr_scale,
                  "Linformer, linear kind: E's learning rate as a fraction of --lr")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
-  app.add_option("--layers", f.layers, "Encoder layers")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--d-model", f.d_model, "Model width")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  app.add_option("--layers", f.layers, "Encoder layers")->check(positive())->capture_default_str();
+  app.add_option("--d-model", f.d_model, "Model width")->check(positive())->capture_default_str();
   app.add_option("--heads", f.heads, "Attention heads (must divide --d-model)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
-  app.add_option("--d-ff", f.d_ff, "Feed-forward width")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  app.add_option("--d-ff", f.d_ff, "Feed-forward width")->check(positive())->capture_default_str();
   app.add_option("--dropout", f.dropout, "Dropout on residual branches")
-      ->check(CLI::Range(0.0, 0.99))
+      ->check(in_range(0.0, 0.99))
       ->capture_default_str();
   app.add_option("--max-seq-len", f.max_seq_len,
                  "The model's longest sequence (position table, Linformer E); 0: --seq-len")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
 }
 
@@ -67,34 +104,37 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--lr", f.lr,
                  "Peak learning rate (AdamW; linear warm-up, then cosine decay to "
                  "a tenth of it)")
+      ->check(positive())
       ->capture_default_str();
   app.add_option("--warmup", f.warmup, "Warm-up steps")->capture_default_str();
   app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay (matrices only)")
+      ->check(non_negative())
       ->capture_default_str();
   app.add_option("--clip", f.clip, "Clip the gradients' global norm to this (0: no clipping)")
+      ->check(non_negative())
       ->capture_default_str();
   app.add_option("--device", f.device, "cpu or cuda (cuda:1 for a second GPU)")
       ->capture_default_str();
   app.add_option("--seed", f.seed, "Seed of initialisation, data order, masks and dropout")
       ->capture_default_str();
   app.add_option("--threads", f.threads, "CPU threads (0: OMP_NUM_THREADS or every core)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   app.add_option("--eval-every", f.eval_every, "Evaluate every this many steps (0: at the end)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   app.add_option("--log-every", f.log_every,
                  "Write a CSV row (mean training loss since the last row) every this many steps")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   app.add_option("--checkpoint-every", f.checkpoint_every,
                  "Save a checkpoint every this many steps (0: at every evaluation)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   app.add_option("--stop-at", f.stop_at,
                  "Save a checkpoint and stop after this step, as an interruption would; "
                  "--resume continues")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   app.add_option("--checkpoint", f.checkpoint,
                  "Checkpoint file (model, optimizer, data position; written atomically); none "
                  "for no checkpoints")
@@ -113,10 +153,13 @@ void check_run_flags(const RunFlags& f) {
   };
   need(f.steps > 0, "--steps must be at least 1, got " + std::to_string(f.steps));
   need(f.batch > 0, "--batch must be at least 1, got " + std::to_string(f.batch));
-  need(f.lr > 0, "--lr must be positive");
+  // The parser's checks say the same; these hold for RunFlags filled in by code too.
+  need(std::isfinite(f.lr) && f.lr > 0, "--lr must be a finite number above 0");
   need(f.warmup >= 0, "--warmup must be 0 or more");
-  need(f.weight_decay >= 0, "--weight-decay must be 0 or more");
-  need(f.clip >= 0, "--clip must be 0 (no clipping) or more");
+  need(std::isfinite(f.weight_decay) && f.weight_decay >= 0,
+       "--weight-decay must be a finite number, 0 or more");
+  need(std::isfinite(f.clip) && f.clip >= 0,
+       "--clip must be a finite number, 0 (no clipping) or more");
   need(f.stop_at <= f.steps, "--stop-at (" + std::to_string(f.stop_at) + ") is beyond --steps (" +
                                  std::to_string(f.steps) + ")");
   need(!f.resume || !f.checkpoint.empty(), "--resume needs --checkpoint PATH to resume from");
@@ -344,11 +387,34 @@ nn::TrainingRunOptions run_options(const RunFlags& f, const char* program, Devic
           .progress = {}};
 }
 
-int report_error(const char* program, const std::exception& error) {
-  // Bad input (flags, files, checkpoints) says what to do; anything else is a bug to report.
-  const bool expected = dynamic_cast<const UsageError*>(&error) != nullptr ||
-                        dynamic_cast<const tinyformer::Error*>(&error) != nullptr;
-  std::fprintf(stderr, "%s: %s%s\n", program, expected ? "" : "unexpected error: ", error.what());
+int report_error(const char* program, std::exception_ptr error) {
+  constexpr const char* kSmaller =
+      "; lower --batch, the sequence length, the model's size (--d-model, --d-ff, --layers) or "
+      "the amount of data";
+  std::string message;
+  try {
+    std::rethrow_exception(error);
+  } catch (const tinyformer::OutOfMemory& e) {
+    message = e.what() + std::string(kSmaller);
+  } catch (const std::bad_alloc&) {
+    message = std::string("out of host memory") + kSmaller;
+  } catch (const std::length_error& e) {  // a std::vector or string asked for too many elements
+    message = std::string("a size too large for memory (") + e.what() + ")" + kSmaller;
+  } catch (const fs::filesystem_error& e) {
+    message = std::string(e.what()) +
+              "; check that the path exists and that its permissions "
+              "let this program read it (and write where it writes)";
+  } catch (const UsageError& e) {  // bad input (flags, files, checkpoints): says what to do
+    message = e.what();
+  } catch (const tinyformer::Error& e) {
+    message = e.what();
+  } catch (const std::exception& e) {
+    message = std::string("unexpected error, a bug to report with the command line: ") + e.what();
+  } catch (...) {
+    message = "unexpected error of an unknown type, a bug to report with the command line";
+  }
+  std::replace(message.begin(), message.end(), '\n', ' ');  // one line, for logs and scripts
+  std::fprintf(stderr, "%s: %s\n", program, message.c_str());
   return 1;
 }
 

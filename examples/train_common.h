@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -60,6 +61,13 @@ struct RunFlags {
   std::vector<std::string> compare;
 };
 
+// Checks of numeric flags for CLI::Option::check, with messages such as "--lr: expected a
+// value above 0, got -1" (CLI11's own print the bounds of a double with every digit of
+// DBL_MAX). Each also rejects NaN and the infinities, which no flag means.
+CLI::Validator positive();                         // > 0
+CLI::Validator non_negative();                     // >= 0
+CLI::Validator in_range(double low, double high);  // [low, high]
+
 void add_model_flags(CLI::App& app, ModelFlags& flags);
 void add_run_flags(CLI::App& app, RunFlags& flags);
 
@@ -90,8 +98,11 @@ Metadata model_metadata(const ModelFlags& flags);
 nn::TrainingRunOptions run_options(const RunFlags& flags, const char* program, Device device,
                                    std::vector<std::string> eval_columns);
 
-// Prints "<program>: <message>" on stderr for an error that ends the program, and returns its
-// exit status, 1.
-int report_error(const char* program, const std::exception& error);
+// Prints "<program>: <message>" on one line of stderr for the exception that ends the program
+// (any exception: main catches with `catch (...)` and passes std::current_exception()), and
+// returns its exit status, 1. Bad input says what was wrong; running out of memory (sizes too
+// large for it included) and file system failures say what to do about them; anything else is
+// reported as a bug.
+int report_error(const char* program, std::exception_ptr error);
 
 }  // namespace train

@@ -173,13 +173,13 @@ std::optional<Options> parse_options(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--train-examples", o.train_examples,
                  "Expressions to generate for training (0: the preset's count)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(train::non_negative());
   app.add_option("--val-examples", o.val_examples,
                  "Expressions to generate for validation (0: the preset's count)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(train::non_negative());
   app.add_option("--test-examples", o.test_examples,
                  "Expressions to generate for the test set (0: the preset's count)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(train::non_negative());
   app.add_option("--pooling", o.pooling, "Sequence summary fed to the classifier")
       ->check(CLI::IsMember({"mean", "cls"}))
       ->capture_default_str();
@@ -380,7 +380,7 @@ int main(int argc, char** argv) {
       std::printf("plot: %s\n", o.run.plot.c_str());
     }
     return 0;
-  } catch (const std::exception& e) {
-    return train::report_error(kProgram, e);
+  } catch (...) {
+    return train::report_error(kProgram, std::current_exception());
   }
 }

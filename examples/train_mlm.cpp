@@ -202,16 +202,16 @@ std::optional<Options> parse_options(int argc, char** argv) {
   app.add_option("--data", o.data, "A text file, or a directory of text files")
       ->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "Tokens (bytes) per training sequence: n")
-      ->check(CLI::PositiveNumber)
+      ->check(train::positive())
       ->capture_default_str();
   app.add_option("--eval-sequences", o.eval_sequences, "Validation sequences per evaluation")
-      ->check(CLI::PositiveNumber)
+      ->check(train::positive())
       ->capture_default_str();
   app.add_option("--val-fraction", o.val_fraction, "Share of the text held out for validation")
-      ->check(CLI::Range(0.001, 0.5))
+      ->check(train::in_range(0.001, 0.5))
       ->capture_default_str();
   app.add_option("--mask-prob", o.mlm.mask_prob, "Share of the bytes picked as masked-LM targets")
-      ->check(CLI::Range(0.01, 0.9))
+      ->check(train::in_range(0.01, 0.9))
       ->capture_default_str();
   app.add_option("--positions", o.positions, "Position encoding: learned or sinusoidal")
       ->check(CLI::IsMember({"learned", "sinusoidal"}))
@@ -442,7 +442,7 @@ int main(int argc, char** argv) {
       std::printf("plot: %s\n", o.run.plot.c_str());
     }
     return 0;
-  } catch (const std::exception& e) {
-    return train::report_error(kProgram, e);
+  } catch (...) {
+    return train::report_error(kProgram, std::current_exception());
   }
 }

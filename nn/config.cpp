@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace tinyformer::nn {
@@ -28,7 +29,15 @@ std::vector<std::int64_t> k_linear_decay(std::int64_t layers, std::int64_t k0, s
            "k_linear_decay: expected layers > 0, 0 < k_min <= k0 and step >= 0, got layers=",
            layers, ", k0=", k0, ", step=", step, ", k_min=", k_min);
   std::vector<std::int64_t> ks;
-  for (std::int64_t l = 0; l < layers; ++l) ks.push_back(std::max(k_min, k0 - l * step));
+  for (std::int64_t l = 0; l < layers; ++l) {
+    // k0 - l * step cannot overflow downwards unless l * step does (k0 > 0): a step that large
+    // is a mistake, reported rather than wrapped into some k.
+    std::int64_t decay = 0;
+    TF_CHECK(!mul_overflows(l, step, decay), "k_linear_decay: layer ", l, "'s decay ", l, " * ",
+             step, " overflows a 64-bit integer (layers=", layers, ", k0=", k0, ", step=", step,
+             ", k_min=", k_min, "); use a step of at most k0");
+    ks.push_back(std::max(k_min, k0 - decay));
+  }
   return ks;
 }
 
@@ -40,9 +49,12 @@ std::vector<std::int64_t> k_geometric_decay(std::int64_t layers, std::int64_t k0
            layers, ", k0=", k0, ", ratio=", ratio, ", k_min=", k_min);
   std::vector<std::int64_t> ks;
   for (std::int64_t l = 0; l < layers; ++l) {
-    const auto k =
-        static_cast<std::int64_t>(std::llround(static_cast<double>(k0) * std::pow(ratio, l)));
-    ks.push_back(std::max(k_min, k));
+    // k0 * ratio^l <= k0, but a k0 near 2^63 rounds up to 2^63 as a double, which llround
+    // cannot return: such a k stays k0.
+    const double k = static_cast<double>(k0) * std::pow(ratio, static_cast<double>(l));
+    ks.push_back(std::max(k_min, k < 9223372036854775808.0
+                                     ? std::min(k0, static_cast<std::int64_t>(std::llround(k)))
+                                     : k0));
   }
   return ks;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "autograd/ops.h"
+#include "core/checked.h"
 #include "nn/init.h"
 
 namespace tinyformer::nn {
@@ -11,6 +12,7 @@ namespace tinyformer::nn {
 Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim) {
   TF_CHECK(num_embeddings > 0 && dim > 0, "Embedding: expected positive sizes, got ",
            num_embeddings, " x ", dim);
+  shape_numel({num_embeddings, dim}, "Embedding");
   weight = register_parameter("weight", randn({num_embeddings, dim}));
 }
 
@@ -40,6 +42,7 @@ LearnedPositionalEncoding::LearnedPositionalEncoding(std::int64_t max_len, std::
   TF_CHECK(max_len > 0 && dim > 0, "LearnedPositionalEncoding: expected positive sizes");
   TF_CHECK(std::isfinite(std) && std >= 0,
            "LearnedPositionalEncoding: expected a finite, non-negative std, got ", std);
+  shape_numel({max_len, dim}, "LearnedPositionalEncoding");
   weight = register_parameter("weight", empty({max_len, dim}));
   init::normal_(weight, 0.0, std);
 }
@@ -50,6 +53,8 @@ Tensor LearnedPositionalEncoding::forward(const Tensor& x) const {
 
 SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(std::int64_t max_len, std::int64_t dim) {
   TF_CHECK(max_len > 0 && dim > 0, "SinusoidalPositionalEncoding: expected positive sizes");
+  // The table is built in a host vector first, so its size is checked before that vector is.
+  storage_bytes({max_len, dim}, DType::float32, "SinusoidalPositionalEncoding");
   std::vector<float> values(static_cast<std::size_t>(max_len * dim));
   for (std::int64_t p = 0; p < max_len; ++p) {
     for (std::int64_t i = 0; i < dim; ++i) {

@@ -40,23 +40,39 @@ void normal_(const Tensor& t, double mean, double std, Generator* generator) {
   draw(t, RandomKind::normal, mean, std, generator);
 }
 
+namespace {
+// The product of the dims after the first two (a convolution's kernel size). Multiplied out
+// rather than divided from numel(), which is 0 for an empty tensor; a product of some of a
+// tensor's sizes always fits (core/shape.h).
+std::int64_t receptive_field(const Tensor& t) {
+  std::int64_t r = 1;
+  for (std::int64_t d = 2; d < t.dim(); ++d) r *= t.size(d);
+  return r;
+}
+
+// fan_in + fan_out, in double: each fits in an int64, their sum need not.
+double fan_sum(const Tensor& t) {
+  return static_cast<double>(fan_in(t)) + static_cast<double>(fan_out(t));
+}
+}  // namespace
+
 std::int64_t fan_in(const Tensor& t) {
   TF_CHECK(t.dim() >= 2, "init: fan_in needs at least 2 dims, got shape ", shape_str(t.shape()));
-  return t.size(1) * (t.numel() / (t.size(0) * t.size(1)));
+  return t.size(1) * receptive_field(t);
 }
 
 std::int64_t fan_out(const Tensor& t) {
   TF_CHECK(t.dim() >= 2, "init: fan_out needs at least 2 dims, got shape ", shape_str(t.shape()));
-  return t.size(0) * (t.numel() / (t.size(0) * t.size(1)));
+  return t.size(0) * receptive_field(t);
 }
 
 void xavier_uniform_(const Tensor& t, double gain, Generator* generator) {
-  const double bound = gain * std::sqrt(6.0 / static_cast<double>(fan_in(t) + fan_out(t)));
+  const double bound = gain * std::sqrt(6.0 / fan_sum(t));
   uniform_(t, -bound, bound, generator);
 }
 
 void xavier_normal_(const Tensor& t, double gain, Generator* generator) {
-  normal_(t, 0.0, gain * std::sqrt(2.0 / static_cast<double>(fan_in(t) + fan_out(t))), generator);
+  normal_(t, 0.0, gain * std::sqrt(2.0 / fan_sum(t)), generator);
 }
 
 void kaiming_uniform_(const Tensor& t, double a, Generator* generator) {

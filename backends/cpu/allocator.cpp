@@ -52,8 +52,10 @@ class CachingHostAllocator final : public Allocator {
         release_cache_locked();
         ptr = std::aligned_alloc(cls >= kHugePage ? kHugePage : kAlignment, cls);
       }
-      TF_CHECK(ptr != nullptr, "allocate: out of host memory asking for ", bytes, " bytes (",
-               stats_.current_bytes, " bytes in use)");
+      if (ptr == nullptr) {
+        throw OutOfMemory(detail::concat("allocate: out of host memory asking for ", bytes,
+                                         " bytes (", stats_.current_bytes, " bytes in use)"));
+      }
       if (cls >= kHugePage) madvise(ptr, cls, MADV_HUGEPAGE);
     }
     stats_.current_bytes += static_cast<std::int64_t>(bytes);

@@ -149,9 +149,10 @@ class CachingDeviceAllocator final : public Allocator {
   [[noreturn]] void out_of_memory(std::size_t bytes, int device) const {
     std::size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) cudaGetLastError();
-    fail("cuda: out of memory allocating ", bytes, " bytes (", free_bytes, " bytes free of ",
-         total_bytes, " on GPU ", device, "; ", stats_.current_bytes,
-         " bytes held by tinyformer tensors, ", cached_, " cached)");
+    throw OutOfMemory(detail::concat("cuda: out of memory allocating ", bytes, " bytes (",
+                                     free_bytes, " bytes free of ", total_bytes, " on GPU ", device,
+                                     "; ", stats_.current_bytes,
+                                     " bytes held by tinyformer tensors, ", cached_, " cached)"));
   }
 
   mutable std::mutex mutex_;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace tinyformer::nn::data {
@@ -18,6 +19,8 @@ PaddedBatch pad_batch(const std::vector<std::vector<std::int64_t>>& sequences,
   TF_CHECK(length > 0, "pad_batch: every sequence is empty, so the batch would have length 0");
 
   const auto batch = static_cast<std::int64_t>(sequences.size());
+  // The tokens are gathered in a host vector first, so their size is checked before it is.
+  storage_bytes({batch, length}, DType::int64, "pad_batch");
   std::vector<std::int64_t> tokens(static_cast<std::size_t>(batch * length), options.pad_id);
   std::vector<bool> mask(static_cast<std::size_t>(batch * length), true);
   for (std::int64_t b = 0; b < batch; ++b) {

@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/checked.h"
+
 namespace tinyformer::nn {
 
 static_assert(std::endian::native == std::endian::little,
@@ -66,36 +68,39 @@ const char* file_kind(mode_t mode) {
   return "not a regular file";
 }
 
+// The safetensors name of every dtype we read and write (and the list an error message gives).
+constexpr std::pair<DType, const char*> kDTypeNames[] = {{DType::float32, "F32"},
+                                                         {DType::float64, "F64"},
+                                                         {DType::int64, "I64"},
+                                                         {DType::boolean, "BOOL"},
+                                                         {DType::bfloat16, "BF16"}};
+
 const char* safetensors_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::float32:
-      return "F32";
-    case DType::float64:
-      return "F64";
-    case DType::int64:
-      return "I64";
-    case DType::boolean:
-      return "BOOL";
-    case DType::bfloat16:
-      return "BF16";
+  for (const auto& [d, name] : kDTypeNames) {
+    if (d == dtype) return name;
   }
   fail("safetensors: unknown dtype ", static_cast<int>(dtype));
 }
 
 bool parse_dtype(const std::string& name, DType& dtype) {
-  if (name == "F32")
-    dtype = DType::float32;
-  else if (name == "F64")
-    dtype = DType::float64;
-  else if (name == "I64")
-    dtype = DType::int64;
-  else if (name == "BOOL")
-    dtype = DType::boolean;
-  else if (name == "BF16")
-    dtype = DType::bfloat16;
-  else
-    return false;
-  return true;
+  for (const auto& [d, n] : kDTypeNames) {
+    if (name == n) {
+      dtype = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+// "F32, F64, I64, BOOL or BF16"
+std::string dtype_names() {
+  std::string names;
+  const std::size_t n = std::size(kDTypeNames);
+  for (std::size_t i = 0; i < n; ++i) {
+    names += (i == 0 ? "" : i + 1 == n ? " or " : ", ");
+    names += kDTypeNames[i].second;
+  }
+  return names;
 }
 
 std::string errno_text() {
@@ -274,22 +279,22 @@ Entry parse_entry(const std::string& name, const json& value, std::uint64_t data
   const json& dtype = value["dtype"];
   TF_CHECK(dtype.is_string(), where, ": ", what, ": dtype must be a string, got ", dtype.dump());
   TF_CHECK(parse_dtype(dtype.get<std::string>(), e.dtype), where, ": ", what,
-           ": unsupported dtype ", dtype.dump(), " (expected F32, F64, I64 or BOOL)");
+           ": unsupported dtype ", dtype.dump(), " (expected ", dtype_names(), ")");
 
   const json& shape = value["shape"];
   TF_CHECK(shape.is_array(), where, ": ", what, ": shape must be an array, got ", shape.dump());
-  std::uint64_t bytes = element_size(e.dtype);
-  // The product of the non-zero sizes, in bytes, must fit an int64 even when a zero makes the
-  // tensor empty: its strides are computed from those sizes.
-  std::uint64_t span = element_size(e.dtype);
-  constexpr auto kMaxInt64 = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  // The shape must be one a tensor can have (core/shape.h): the product of its sizes with
+  // zeros counted as 1 fits in an int64, so that [0, 2^32, 2^32], which holds no byte, is
+  // refused too (its strides would overflow), and so must its byte size.
+  std::int64_t extent = 1, bytes = static_cast<std::int64_t>(element_size(e.dtype));
   for (const json& d : shape) {
     const std::uint64_t size = unsigned_at(d, where, what + ": each shape entry");
-    TF_CHECK(size <= kMaxInt64 && !__builtin_mul_overflow(bytes, size, &bytes) &&
-                 !__builtin_mul_overflow(span, std::max<std::uint64_t>(size, 1), &span) &&
-                 span <= kMaxInt64,
+    const auto s = static_cast<std::int64_t>(size);
+    TF_CHECK(size <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
+                 !mul_overflows(extent, std::max<std::int64_t>(s, 1), extent) &&
+                 !mul_overflows(bytes, s, bytes),
              where, ": ", what, ": the shape ", shape.dump(), " is too large");
-    e.shape.push_back(static_cast<std::int64_t>(size));
+    e.shape.push_back(s);
   }
 
   const json& offsets = value["data_offsets"];
@@ -300,9 +305,9 @@ Entry parse_entry(const std::string& name, const json& value, std::uint64_t data
   TF_CHECK(e.begin <= e.end && e.end <= data_bytes, where, ": ", what, ": data_offsets [", e.begin,
            ", ", e.end, "] lie outside the data section of ", data_bytes,
            " bytes (is the file truncated?)");
-  TF_CHECK(e.end - e.begin == bytes, where, ": ", what, ": ", dtype.get<std::string>(), " ",
-           shape.dump(), " needs ", bytes, " bytes, data_offsets [", e.begin, ", ", e.end,
-           "] span ", e.end - e.begin);
+  TF_CHECK(e.end - e.begin == static_cast<std::uint64_t>(bytes), where, ": ", what, ": ",
+           dtype.get<std::string>(), " ", shape.dump(), " needs ", bytes, " bytes, data_offsets [",
+           e.begin, ", ", e.end, "] span ", e.end - e.begin);
   return e;
 }
 

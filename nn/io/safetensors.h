@@ -7,8 +7,8 @@
 //                     ..., "__metadata__": {"<key>": "<value>", ...}}
 //   the rest   the tensors' bytes, row-major, little-endian; offsets count from the start of
 //              this data section, and the tensors cover it exactly, in order, without gaps.
-// dtypes F32, F64, I64 and BOOL map to float32, float64, int64 and boolean. Files written here
-// load with Python's safetensors and the other way round.
+// dtypes F32, F64, I64, BOOL and BF16 map to float32, float64, int64, boolean and bfloat16.
+// Files written here load with Python's safetensors and the other way round.
 //
 // Integrity: safetensors itself carries no checksum, so a flipped bit inside tensor data would
 // load silently. save_safetensors adds, for each tensor, the metadata entry

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -844,4 +845,26 @@ TEST_CASE("cpu nll_loss and its backward, with ignored rows") {
                    cpu().nll_loss(lp, from<std::int64_t>({0, 1}, {2}), -100, empty({3}));
                  }),
                  "nll_loss"));
+}
+
+TEST_CASE("cpu exp, tanh, gelu and sigmoid of NaN are NaN, in the vector loop and the tail") {
+  // A NaN's exponent 2^n came from converting a NaN to an integer (undefined behaviour, caught
+  // by -fsanitize=float-cast-overflow); NaN must come out, whatever its sign or payload.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float neg_nan = -nan;
+  const float payload_nan = std::bit_cast<float>(0x7fc12345u);
+  std::vector<float> values(67, 0.5f);
+  for (std::size_t i : {0, 5, 31, 32, 64, 66}) values[i] = nan;
+  values[7] = neg_nan;
+  values[40] = payload_nan;
+  const Tensor x = from<float>(values, {67});
+  for (UnaryOp op : {UnaryOp::exp, UnaryOp::tanh, UnaryOp::gelu, UnaryOp::sigmoid}) {
+    Tensor y = empty({67});
+    cpu().unary(op, x, y, 0);
+    const float* p = y.data<float>();
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      INFO("op ", static_cast<int>(op), ", element ", i);
+      CHECK(std::isnan(p[i]) == std::isnan(values[i]));
+    }
+  }
 }

@@ -1,7 +1,8 @@
 # ctest: train_mlm runs a few steps on a tiny text and writes its log and checkpoint; bad input
 # (a missing file, an empty file, an unknown flag value, a sequence longer than the model's
-# maximum, a checkpoint of another configuration) exits non-zero with one line on stderr and
-# writes nothing.
+# maximum, a checkpoint of another configuration, flag values out of range or not finite, a k
+# schedule that overflows, a model too large for memory, a path the file system cannot look up)
+# exits non-zero with one line on stderr and writes nothing.
 #   cmake -DTRAIN_MLM=<binary> -DWORK_DIR=<scratch dir> -P train_mlm_smoke.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/tiny_corpus.cmake)
 file(REMOVE_RECURSE ${WORK_DIR})
@@ -62,6 +63,34 @@ expect_failure(too_long "maximum" --data ${WORK_DIR}/tiny.txt ${small} --max-seq
   --checkpoint none)
 expect_failure(other_config "another configuration" --data ${WORK_DIR}/tiny.txt ${small}
   --attention full --steps 8 --checkpoint ${WORK_DIR}/run.safetensors --resume)
+# Flag values out of range, named with their bounds (not the 309 digits of DBL_MAX), and
+# non-finite values, refused while parsing rather than at the first step.
+expect_failure(negative_lr "--lr: expected a value above 0, got -1" --data ${WORK_DIR}/tiny.txt
+  ${small} --lr -1 --checkpoint none)
+expect_failure(negative_k "--k: expected a value above 0, got -3" --data ${WORK_DIR}/tiny.txt
+  --seq-len 32 --batch 8 --layers 1 --d-model 32 --heads 2 --d-ff 64 --k -3 --checkpoint none)
+expect_failure(infinite_clip "--clip: expected a finite number, got inf"
+  --data ${WORK_DIR}/tiny.txt ${small} --clip inf --checkpoint none)
+expect_failure(nan_weight_decay "--weight-decay: expected a finite number, got nan"
+  --data ${WORK_DIR}/tiny.txt ${small} --weight-decay nan --checkpoint none)
+expect_failure(nan_dropout "--dropout: expected a finite number, got nan"
+  --data ${WORK_DIR}/tiny.txt ${small} --dropout nan --checkpoint none)
+# A k schedule whose decay overflows (it used to train with k = 8, 1, 1).
+expect_failure(k_schedule_overflow "overflows a 64-bit integer" --data ${WORK_DIR}/tiny.txt
+  --seq-len 32 --batch 8 --layers 3 --d-model 32 --heads 2 --d-ff 64 --threads 1 --steps 2
+  --k-schedule linear:8,4611686018427387904,1 --checkpoint none)
+# A model too large for memory (a [10^12, 32] feed-forward weight) says what to lower.
+expect_failure(too_large "out of memory: shape [1000000000000, 32] float32 asked for" --data
+  ${WORK_DIR}/tiny.txt --seq-len 32 --batch 8 --layers 1 --d-model 32 --heads 2
+  --d-ff 1000000000000 --k 8 --threads 1 --steps 2 --checkpoint none)
+expect_failure(too_large_hint "lower --batch" --data ${WORK_DIR}/tiny.txt --seq-len 32 --batch 8
+  --layers 1 --d-model 32 --heads 2 --d-ff 1000000000000 --k 8 --threads 1 --steps 2
+  --checkpoint none)
+# A file system error (a path too long to look up) says what to check, on one line.
+string(REPEAT "a" 5000 long_name)
+expect_failure(long_path "check that the path exists" --data ${WORK_DIR}/${long_name} ${small}
+  --steps 2 --checkpoint none)
+
 file(SHA256 ${WORK_DIR}/run.safetensors after)
 if(NOT after STREQUAL checkpoint_hash)
   message(FATAL_ERROR "a failed resume changed the checkpoint")

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "nn/gradcheck_module.h"
 
@@ -85,6 +86,21 @@ TEST_CASE("k per layer: explicit lists and rules") {
                   Error);
 }
 
+TEST_CASE("k per layer: a decay that overflows is an Error, a large one clamps to k_min") {
+  constexpr std::int64_t big = std::int64_t{1} << 62;
+  // Layer 2's decay 2 * 2^62 overflows: the schedule used to come out as 8, 1, 1 by accident.
+  CHECK_THROWS_WITH_AS(nn::k_linear_decay(3, 8, big, 1),
+                       "k_linear_decay: layer 2's decay 2 * 4611686018427387904 overflows a "
+                       "64-bit integer (layers=3, k0=8, step=4611686018427387904, k_min=1); use "
+                       "a step of at most k0",
+                       Error);
+  CHECK(nn::k_linear_decay(2, 8, big, 1) == std::vector<std::int64_t>{8, 1});
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  CHECK(nn::k_linear_decay(2, kMax, kMax, 1) == std::vector<std::int64_t>{kMax, 1});
+  // k0 near 2^63 rounds up to 2^63 as a double, which no int64 holds: the first k stays k0.
+  CHECK(nn::k_geometric_decay(2, kMax, 1.0, 1) == std::vector<std::int64_t>{kMax, kMax});
+  CHECK(nn::k_geometric_decay(3, kMax, 0.5, 1)[1] == std::int64_t{1} << 62);
+}
 TEST_CASE("per-layer specs mix full and Linformer attention") {
   nn::EncoderConfig c = tiny(nn::AttentionKind::full);
   c.per_layer = {{.attention = nn::AttentionKind::full},

@@ -114,3 +114,36 @@ TEST_CASE("Dropout: identity in eval, scaled mask in training") {
   CHECK(zeros_seen < 600);
   CHECK_THROWS_AS(nn::Dropout(1.0), Error);
 }
+
+TEST_CASE("init: fans of empty and convolution-shaped weights; initialising an empty one") {
+  // numel() / (size(0) * size(1)) divided by zero for a weight with an empty dim.
+  CHECK(nn::init::fan_in(empty({0, 5, 3})) == 15);
+  CHECK(nn::init::fan_out(empty({0, 5, 3})) == 0);
+  CHECK(nn::init::fan_in(empty({4, 0, 3})) == 0);
+  CHECK(nn::init::fan_out(empty({4, 0, 3})) == 12);
+  CHECK(nn::init::fan_in(empty({4, 5})) == 5);
+  for (const Shape& shape : {Shape{0, 5}, Shape{5, 0}, Shape{0, 0, 3}}) {
+    const Tensor w = empty(shape);
+    nn::init::xavier_uniform_(w);
+    nn::init::xavier_normal_(w);
+    nn::init::kaiming_uniform_(w, std::sqrt(5.0));
+    CHECK(w.numel() == 0);
+  }
+}
+
+TEST_CASE("embedding and position tables too large to count or hold are Errors naming the layer") {
+  constexpr std::int64_t big = std::int64_t{1} << 62;
+  CHECK_THROWS_WITH_AS(nn::Embedding(260, big),
+                       "Embedding: shape [260, 4611686018427387904] is too large (260 * "
+                       "4611686018427387904 overflows a 64-bit integer)",
+                       Error);
+  CHECK_THROWS_WITH_AS(
+      nn::LearnedPositionalEncoding(big, 64),
+      doctest::Contains("LearnedPositionalEncoding: shape [4611686018427387904, 64]"), Error);
+  // The sinusoidal table is computed in a host vector, checked before it is made.
+  CHECK_THROWS_WITH_AS(
+      nn::SinusoidalPositionalEncoding(std::int64_t{1} << 40, 2),
+      doctest::Contains("SinusoidalPositionalEncoding: out of memory: shape "
+                        "[1099511627776, 2] float32 asked for 8796093022208 bytes"),
+      OutOfMemory);
+}

@@ -175,6 +175,15 @@ TEST_CASE("pad_batch pads to the longest or a fixed length, with the mask") {
   const PaddedBatch cut = pad_batch({{1, 2, 3}}, {.length = 2, .truncate = true});
   CHECK(cut.tokens.to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2});
   CHECK_THROWS_AS(pad_batch({}), Error);
+  // A fixed length whose batch does not fit: checked before the host vectors are made.
+  CHECK(contains(error_of([] {
+                   pad_batch({{1}, {2}, {3}, {4}}, {.length = std::int64_t{1} << 62});
+                 }),
+                 "pad_batch: shape [4, 4611686018427387904] is too large"));
+  CHECK(contains(error_of([] {
+                   pad_batch({{1}, {2}}, {.length = std::int64_t{1} << 40});
+                 }),
+                 "pad_batch: out of memory: shape [2, 1099511627776] int64 asked for"));
 }
 
 TEST_CASE("TokenChunks cuts a stream into fixed-length examples") {
