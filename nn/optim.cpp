@@ -65,21 +65,19 @@ std::vector<ParamGroup> decay_groups(const Module& module, double weight_decay) 
   check_weight_decay("decay_groups", weight_decay);
   std::vector<ParamGroup> groups = {{.params = {}, .lr = {}, .weight_decay = weight_decay},
                                     {.params = {}, .lr = {}, .weight_decay = 0.0}};
-  for (const auto& entry : module.parameters_with_options()) {
-    // Not a structured binding: clang 14 (the fuzzing build) cannot capture one in a lambda.
-    const Tensor& p = entry.first;
-    const auto& options = entry.second;
-    const bool decay = options.decay.value_or(p.dim() >= 2);
-    const double wd = decay ? weight_decay : 0.0;
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const ParamGroup& g) {
-      return g.weight_decay == wd && g.lr_scale == options.lr_scale &&
-             (&g - groups.data() >= 2 || (&g - groups.data() == 0) == decay);
-    });
-    if (it == groups.end()) {
-      groups.push_back({.params = {}, .lr = {}, .weight_decay = wd, .lr_scale = options.lr_scale});
-      it = groups.end() - 1;
+  // What tells groups apart: whether the group decays, and its lr_scale.
+  std::vector<std::pair<bool, double>> keys = {{true, 1.0}, {false, 1.0}};
+  for (const auto& [p, options] : module.parameters_with_options()) {
+    const std::pair<bool, double> key{options.decay.value_or(p.dim() >= 2), options.lr_scale};
+    std::size_t g = std::find(keys.begin(), keys.end(), key) - keys.begin();
+    if (g == keys.size()) {
+      keys.push_back(key);
+      groups.push_back({.params = {},
+                        .lr = {},
+                        .weight_decay = key.first ? weight_decay : 0.0,
+                        .lr_scale = key.second});
     }
-    it->params.push_back(p);
+    groups[g].params.push_back(p);
   }
   return groups;
 }
