@@ -7,17 +7,10 @@
 #include "nn/gradcheck_module.h"
 
 using namespace tinyformer;
+using test::max_abs_diff;
 using test::randn64;
 
 namespace {
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-  REQUIRE(va.size() == vb.size());
-  double m = 0;
-  for (std::size_t i = 0; i < va.size(); ++i) m = std::max(m, std::abs(va[i] - vb[i]));
-  return m;
-}
-
 // Copies one attention module's q/k/v/out weights into another.
 void copy_weights(nn::Attention& from_module, nn::Attention& to_module) {
   NoGradGuard no_grad;

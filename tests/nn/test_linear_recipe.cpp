@@ -9,17 +9,10 @@
 #include "nn/gradcheck_module.h"
 
 using namespace tinyformer;
+using test::max_abs_diff;
 using test::randn64;
 
 namespace {
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-  REQUIRE(va.size() == vb.size());
-  double m = 0;
-  for (std::size_t i = 0; i < va.size(); ++i) m = std::max(m, std::abs(va[i] - vb[i]));
-  return m;
-}
 
 std::shared_ptr<nn::LinearProjection> linear(std::int64_t k, std::int64_t max_seq_len,
                                              nn::ProjectionInit init = nn::ProjectionInit::pooling,

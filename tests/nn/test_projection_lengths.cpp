@@ -12,17 +12,10 @@
 #include "nn/gradcheck_module.h"
 
 using namespace tinyformer;
+using test::max_abs_diff;
 using test::randn64;
 
 namespace {
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-  REQUIRE(va.size() == vb.size());
-  double m = 0;
-  for (std::size_t i = 0; i < va.size(); ++i) m = std::max(m, std::abs(va[i] - vb[i]));
-  return m;
-}
 
 const char* const kLearnedAndPooled[] = {"linear", "mean", "max", "conv"};
 const nn::Sharing kSharings[] = {nn::Sharing::none, nn::Sharing::headwise, nn::Sharing::key_value,
