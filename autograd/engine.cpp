@@ -1,9 +1,11 @@
 // The backward pass: one topological sort from the root, gradients accumulated per node, and
 // broadcast gradients reduced to each input's shape here and nowhere else.
 #include <algorithm>
+#include <functional>
 #include <unordered_map>
 
 #include "autograd/grad_mode.h"
+#include "autograd/hooks.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 
@@ -38,7 +40,80 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad) {
   } else {
     leaf->grad = add(leaf->grad, grad);
   }
+  if (!hooks_.empty()) {
+    const Tensor handle(leaf);
+    // A hook may remove itself (or another): iterate over a copy.
+    const auto hooks = hooks_;
+    for (const auto& [id, hook] : hooks) hook(handle);
+  }
   return {};
+}
+
+std::uint64_t AccumulateGrad::add_hook(std::function<void(const Tensor&)> hook) {
+  const std::uint64_t id = next_hook_id_++;
+  hooks_.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void AccumulateGrad::remove_hook(std::uint64_t id) {
+  std::erase_if(hooks_, [id](const auto& entry) { return entry.first == id; });
+}
+
+HookHandle::HookHandle(HookHandle&& other) noexcept
+    : sink_(std::move(other.sink_)), id_(other.id_) {
+  other.sink_ = nullptr;
+}
+
+HookHandle& HookHandle::operator=(HookHandle&& other) noexcept {
+  if (this != &other) {
+    remove();
+    sink_ = std::move(other.sink_);
+    id_ = other.id_;
+    other.sink_ = nullptr;
+  }
+  return *this;
+}
+
+void HookHandle::remove() {
+  if (sink_) sink_->remove_hook(id_);
+  sink_ = nullptr;
+}
+
+HookHandle register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateGradHook hook) {
+  TF_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(),
+           "register_post_accumulate_grad_hook: expected a leaf tensor that requires grad, got ",
+           !leaf.defined()         ? "an undefined tensor"
+           : !leaf.requires_grad() ? "a tensor that does not require grad"
+                                   : "a non-leaf tensor");
+  TF_CHECK(hook != nullptr, "register_post_accumulate_grad_hook: expected a function, got none");
+  auto sink = std::static_pointer_cast<AccumulateGrad>(gradient_sink(leaf));
+  const std::uint64_t id = sink->add_hook(std::move(hook));
+  return HookHandle(std::move(sink), id);
+}
+
+namespace {
+// The callbacks of each backward pass running on this thread, innermost last (a backward pass
+// may run inside another one's node, e.g. in a custom function).
+thread_local std::vector<std::vector<std::function<void()>>*> pass_callbacks;
+
+struct PassScope {
+  std::vector<std::function<void()>> callbacks;
+  PassScope() { pass_callbacks.push_back(&callbacks); }
+  ~PassScope() { pass_callbacks.pop_back(); }
+  PassScope(const PassScope&) = delete;
+  PassScope& operator=(const PassScope&) = delete;
+};
+}  // namespace
+
+void queue_callback(std::function<void()> callback) {
+  TF_CHECK(!pass_callbacks.empty(),
+           "queue_callback: expected to be called during a backward pass (from a hook or a "
+           "node's backward function), but no backward pass is running on this thread");
+  pass_callbacks.back()->push_back(std::move(callback));
+}
+
+bool in_backward() {
+  return !pass_callbacks.empty();
 }
 
 bool needs_grad(const std::vector<Tensor>& inputs) {
@@ -47,7 +122,6 @@ bool needs_grad(const std::vector<Tensor>& inputs) {
                      [](const Tensor& t) { return t.requires_grad(); });
 }
 
-namespace {
 std::shared_ptr<Node> gradient_sink(const Tensor& t) {
   if (!t.requires_grad()) return nullptr;
   if (t.grad_fn()) return t.grad_fn();
@@ -59,7 +133,6 @@ std::shared_ptr<Node> gradient_sink(const Tensor& t) {
   }
   return acc;
 }
-}  // namespace
 
 Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs,
               BackwardFn backward) {
@@ -105,6 +178,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   }
 
   NoGradGuard no_grad;
+  PassScope pass;
   std::shared_ptr<Node> start = gradient_sink(root);
 
   // Count, for every node reachable from the root, how many edges lead into it.
@@ -152,6 +226,11 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
       }
       if (--pending[e.node.get()] == 0) ready.push_back(e.node.get());
     }
+  }
+  // The pass's end: queued callbacks run in order (one may queue another).
+  for (std::size_t i = 0; i < pass.callbacks.size(); ++i) {
+    auto callback = std::move(pass.callbacks[i]);
+    callback();
   }
 }
 

@@ -4,9 +4,11 @@
 // after the backward pass unless it is asked to retain the graph.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -43,7 +45,8 @@ class Node {
   BackwardFn backward_;
 };
 
-// The sink of a leaf tensor: adds the incoming gradient into the leaf's .grad().
+// The sink of a leaf tensor: adds the incoming gradient into the leaf's .grad(), then runs the
+// leaf's post-accumulate hooks (autograd/hooks.h).
 class AccumulateGrad : public Node {
  public:
   explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf)
@@ -51,9 +54,18 @@ class AccumulateGrad : public Node {
   std::vector<Tensor> apply(const Tensor& grad) override;
   void release() override {}
 
+  std::uint64_t add_hook(std::function<void(const Tensor&)> hook);
+  void remove_hook(std::uint64_t id);
+
  private:
   std::weak_ptr<TensorImpl> leaf_;
+  std::vector<std::pair<std::uint64_t, std::function<void(const Tensor&)>>> hooks_;
+  std::uint64_t next_hook_id_ = 1;
 };
+
+// The accumulator of a leaf that requires grad (created on first use and shared by every graph
+// that reads the leaf); the node of a non-leaf; null for a tensor that needs no gradient.
+std::shared_ptr<Node> gradient_sink(const Tensor& t);
 
 // Saved copies hold the data but no history, so a node never keeps its own output alive.
 inline Tensor save(const Tensor& t) {
