@@ -44,11 +44,27 @@ if(NOT TINYFORMER_CUDNN OR NOT TINYFORMER_CUDNN_INCLUDE)
     "the CUDA Toolkit, or configure with -DTINYFORMER_CUDA=OFF")
 endif()
 
+# NCCL, the GPUs' collectives for distributed training (nn/distributed/), ships with the CUDA
+# Toolkit's libraries here; without it the backend's collectives say the build has none.
+find_path(TINYFORMER_NCCL_INCLUDE nccl.h
+  HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include /usr/include)
+find_library(TINYFORMER_NCCL nccl
+  HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib ${CUDAToolkit_LIBRARY_ROOT}/lib64)
+set(TINYFORMER_NCCL_ENABLED OFF)
+if(TINYFORMER_NCCL AND TINYFORMER_NCCL_INCLUDE)
+  set(TINYFORMER_NCCL_ENABLED ON)
+endif()
+
 add_library(tinyformer_deps_cuda INTERFACE)
 add_library(tinyformer::deps_cuda ALIAS tinyformer_deps_cuda)
 target_include_directories(tinyformer_deps_cuda INTERFACE ${TINYFORMER_CUDNN_INCLUDE})
 target_link_libraries(tinyformer_deps_cuda INTERFACE CUDA::cudart CUDA::cublas
   ${TINYFORMER_CUDNN})
+if(TINYFORMER_NCCL_ENABLED)
+  target_include_directories(tinyformer_deps_cuda INTERFACE ${TINYFORMER_NCCL_INCLUDE})
+  target_link_libraries(tinyformer_deps_cuda INTERFACE ${TINYFORMER_NCCL})
+endif()
 set(TINYFORMER_CUDA_ENABLED ON)
 message(STATUS "tinyformer: CUDA backend on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
-  "architectures ${CMAKE_CUDA_ARCHITECTURES}, cuDNN ${TINYFORMER_CUDNN})")
+  "architectures ${CMAKE_CUDA_ARCHITECTURES}, cuDNN ${TINYFORMER_CUDNN}, NCCL "
+  "${TINYFORMER_NCCL_ENABLED})")

@@ -86,6 +86,18 @@ Backend& primary_backend(DeviceType type) {
 
 }  // namespace
 
+std::vector<std::uint8_t> Backend::communicator_id() {
+  fail("communicator_id: the ", name(),
+       " backend has no collectives between processes (tensors of its device are not "
+       "communicated by it)");
+}
+
+std::unique_ptr<DeviceCommunicator> Backend::communicator(const std::vector<std::uint8_t>&, int,
+                                                          int, Device device) {
+  fail("communicator: the ", name(), " backend has no collectives between processes (asked for ",
+       device.str(), ")");
+}
+
 std::string Backend::dtype_list(Op op) const {
   // Floating dtypes first, as messages have always listed them.
   constexpr DType order[] = {DType::float32, DType::float64, DType::bfloat16, DType::int64,

@@ -5,12 +5,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/collectives.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 
@@ -36,6 +38,14 @@ class Backend {
   virtual bool supports(Op op, DType dtype) const = 0;
   // The dtypes supports(op, ...) accepts, as error messages list them: "float32 or float64".
   std::string dtype_list(Op op) const;
+
+  // Collectives between processes on this backend's devices (core/collectives.h). One process
+  // makes an id, the caller sends it to the others (over MPI), and every process then builds
+  // its end with communicator(); `rank` in [0, size). The default: this backend has none, an
+  // Error naming it (the CPU's collectives are MPI's own, in nn/distributed/).
+  virtual std::vector<std::uint8_t> communicator_id();
+  virtual std::unique_ptr<DeviceCommunicator> communicator(const std::vector<std::uint8_t>& id,
+                                                           int rank, int size, Device device);
 
 #define TF_OP(name, params, args) virtual void name params = 0;
 #include "core/ops.def"

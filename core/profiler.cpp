@@ -155,6 +155,11 @@ class ProfilingBackend final : public Backend {
   }
   DeviceType device_type() const override { return inner_.device_type(); }
   bool supports(Op op, DType dtype) const override { return inner_.supports(op, dtype); }
+  std::vector<std::uint8_t> communicator_id() override { return inner_.communicator_id(); }
+  std::unique_ptr<DeviceCommunicator> communicator(const std::vector<std::uint8_t>& id, int rank,
+                                                   int size, Device device) override {
+    return inner_.communicator(id, rank, size, device);
+  }
 
   // Each op: wait for queued work (a GPU runs asynchronously), run, wait for it, record.
 #define TF_OP(name, params, args)                                     \

@@ -32,6 +32,10 @@ class CudaBackend final : public Backend {
               std::size_t bytes) override;
   DeviceType device_type() const override { return DeviceType::cuda; }
   bool supports(Op op, DType dtype) const override;
+  // NCCL (backends/cuda/collectives.cpp), queued on stream().
+  std::vector<std::uint8_t> communicator_id() override;
+  std::unique_ptr<DeviceCommunicator> communicator(const std::vector<std::uint8_t>& id, int rank,
+                                                   int size, Device device) override;
 
 #define TF_OP(name, params, args) void name params override;
 #include "core/ops.def"
