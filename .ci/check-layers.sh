@@ -30,6 +30,20 @@ for folder in "${!allowed[@]}"; do
              --include='*.def' --include='*.cu' --include='*.cuh' || true)
 done
 
+# The communication libraries stay behind their layers: MPI's header only in the distributed
+# layer's transport (nn/distributed/mpi/), NCCL's only in the CUDA backend, which the
+# distributed layer reaches through core/collectives.h and the backend registry.
+while IFS=: read -r file line text; do
+  case $file in
+    nn/distributed/mpi/*) [[ $text == *"<mpi.h>"* ]] && continue ;;
+    backends/cuda/*) [[ $text == *"<nccl.h>"* ]] && continue ;;
+  esac
+  echo "check-layers: $file:$line includes a communication library outside its place" \
+    "(mpi.h: nn/distributed/mpi/ only; nccl.h: backends/cuda/ only): $text"
+  bad=1
+done < <(grep -rnE '^\s*#\s*include\s+[<"](mpi|nccl)\.h[>"]' core autograd nn backends examples tests \
+           --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh' || true)
+
 # Examples are what users copy: of tinyformer's headers, the public umbrella header only (their
 # own helpers next to them are fine). The exceptions, each with its reason in the file's opening
 # comment:
@@ -49,7 +63,7 @@ done < <(grep -rnE '^\s*#\s*include\s+["<](core|autograd|nn|backends|tinyformer/
 # says "a backend" or "the device's backend". Device types (Device::cuda(), "the GPU") are
 # devices, not backends, and stay allowed.
 backend_words='cpu_backend|cuda_backend|CpuBackend|CudaBackend|cudnn|cublas|dnnl|onednn|mkldnn'
-backend_words+='|openblas|cblas|backends/|cpu::|cuda::'
+backend_words+='|openblas|cblas|nccl|backends/|cpu::|cuda::'
 while IFS=: read -r file line text; do
   echo "check-layers: $file:$line names a concrete backend (core/ knows none): ${text#"${text%%[![:space:]]*}"}"
   bad=1
