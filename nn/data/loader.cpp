@@ -91,6 +91,12 @@ Loader::Loader(std::int64_t dataset_size, const LoaderOptions& options)
   TF_CHECK(!options.drop_last || options.batch_size <= dataset_size, "Loader: with drop_last, ",
            "batch_size ", options.batch_size, " > dataset size ", dataset_size,
            " leaves no batch at all");
+  TF_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size,
+           "Loader: expected 0 <= rank < world_size, got rank ", options.rank, " of world_size ",
+           options.world_size);
+  TF_CHECK(options.batch_size % options.world_size == 0, "Loader: batch_size ", options.batch_size,
+           " does not split evenly over ", options.world_size, " processes; use a multiple of ",
+           options.world_size);
   set_epoch(0);
 }
 
@@ -124,9 +130,12 @@ bool Loader::epoch_finished() const {
 LoaderBatch Loader::next() {
   if (epoch_finished()) set_epoch(epoch_ + 1);
   const std::int64_t count = std::min(options_.batch_size, dataset_size_ - position_);
-  LoaderBatch batch{epoch_, position_ / options_.batch_size, {}};
+  LoaderBatch batch{epoch_, position_ / options_.batch_size, {}, count};
+  // This process's slice of the global batch: [count * rank / world, count * (rank + 1) / world).
+  const std::int64_t first = count * options_.rank / options_.world_size;
+  const std::int64_t last = count * (options_.rank + 1) / options_.world_size;
   const auto begin = order_.begin() + position_;
-  batch.indices.assign(begin, begin + count);
+  batch.indices.assign(begin + first, begin + last);
   position_ += count;
   return batch;
 }

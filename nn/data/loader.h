@@ -33,17 +33,27 @@ struct LoaderState {
   bool operator==(const LoaderState&) const = default;
 };
 
+// Data-parallel training shards every batch: batch_size is the global batch, the one a single
+// process would take, and the process `rank` of `world_size` gets its slice number `rank` of
+// it (world_size equal, contiguous slices). The order and the position do not depend on the
+// sharding, so the processes together see exactly the single process's batches, and a
+// position saved with one world size resumes under another with the same batch_size.
 struct LoaderOptions {
   std::int64_t batch_size = 32;
   bool shuffle = true;     // false: 0, 1, 2, ... every epoch
   bool drop_last = false;  // leave out an epoch's last batch when it is smaller than batch_size
   std::uint64_t seed = 0;
+  std::int64_t rank = 0;        // this process's shard, in [0, world_size)
+  std::int64_t world_size = 1;  // must divide batch_size
 };
 
 struct LoaderBatch {
-  std::int64_t epoch;                 // the epoch the batch belongs to
-  std::int64_t step;                  // its number within that epoch, from 0
-  std::vector<std::int64_t> indices;  // dataset indices, batch_size of them (fewer only last)
+  std::int64_t epoch;  // the epoch the batch belongs to
+  std::int64_t step;   // its number within that epoch, from 0
+  // This process's dataset indices: batch_size / world_size of them (fewer only in an epoch's
+  // last batch without drop_last, where the slices are as even as can be and may be empty).
+  std::vector<std::int64_t> indices;
+  std::int64_t global_size = 0;  // examples in the whole batch, every process's together
 };
 
 class Loader {

@@ -572,3 +572,46 @@ TEST_CASE("ListOps files round-trip and bad lines name the file and line") {
   CHECK(contains(error_of([&] { read_listops_tsv(dir.path / "missing.tsv"); }),
                  "not an existing file"));
 }
+
+TEST_CASE("a sharded loader: each process a disjoint slice, together the unsharded batch") {
+  // 3 processes, global batch 6, 40 examples: 6 full batches and a last one of 4 per epoch.
+  const LoaderOptions base{.batch_size = 6, .seed = 5};
+  Loader whole(40, base);
+  std::vector<Loader> shards;
+  for (std::int64_t r = 0; r < 3; ++r) {
+    LoaderOptions o = base;
+    o.rank = r;
+    o.world_size = 3;
+    shards.emplace_back(40, o);
+  }
+  for (int step = 0; step < 16; ++step) {  // more than two epochs
+    const LoaderBatch expected = whole.next();
+    std::vector<std::int64_t> joined;
+    for (Loader& shard : shards) {
+      const LoaderBatch b = shard.next();
+      CHECK(b.epoch == expected.epoch);
+      CHECK(b.step == expected.step);
+      CHECK(b.global_size == static_cast<std::int64_t>(expected.indices.size()));
+      // Full batches split evenly: 2 each; the epoch's last batch of 4 as 1, 1, 2.
+      if (expected.indices.size() == 6) CHECK(b.indices.size() == 2);
+      joined.insert(joined.end(), b.indices.begin(), b.indices.end());
+    }
+    CHECK(joined == expected.indices);  // disjoint, in the unsharded order
+  }
+  // The position is the global one: a state saved by a shard resumes the unsharded loader (and
+  // any other sharding of the same global batch).
+  CHECK(shards[1].state() == whole.state());
+  Loader resumed(40, base);
+  resumed.load_state(shards[2].state());
+  CHECK(resumed.next().indices == whole.next().indices);
+}
+
+TEST_CASE("a sharded loader refuses a batch that does not split and a rank out of range") {
+  CHECK_THROWS_WITH_AS(Loader(40, {.batch_size = 6, .rank = 0, .world_size = 4}),
+                       "Loader: batch_size 6 does not split evenly over 4 processes; use a "
+                       "multiple of 4",
+                       Error);
+  CHECK_THROWS_WITH_AS(Loader(40, {.batch_size = 6, .rank = 2, .world_size = 2}),
+                       "Loader: expected 0 <= rank < world_size, got rank 2 of world_size 2",
+                       Error);
+}
