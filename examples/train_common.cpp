@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -145,6 +147,9 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
                  "PNG of loss curves: of --compare's logs (without training), else of this "
                  "run's --log after training");
   app.add_option("--compare", f.compare, "CSV logs to plot together with --plot");
+  app.add_flag("--distributed", f.distributed,
+               "One process of a data-parallel job: mpirun -np N <program> ... --distributed "
+               "(--batch is the global batch, split over the N processes)");
 }
 
 void check_run_flags(const RunFlags& f) {
@@ -327,6 +332,61 @@ Device setup_device(const RunFlags& f) {
   return device;
 }
 
+DistributedRun::DistributedRun(const RunFlags& f) {
+  if (!f.distributed) return;
+  if (!distributed::available()) {
+    throw UsageError(
+        "--distributed: this build has no MPI, so it cannot train across processes (install "
+        "Open MPI: apt-get install libopenmpi-dev openmpi-bin, then configure and build again)");
+  }
+  distributed::init();
+  enabled_ = true;
+  const int n = distributed::world_size();
+  if (f.batch % n != 0) {
+    throw UsageError("--batch " + std::to_string(f.batch) + " does not split evenly over " +
+                     std::to_string(n) + " processes; use a multiple of " + std::to_string(n));
+  }
+  // Processes on one machine share its cores, unless told otherwise.
+  if (f.threads == 0 && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    omp_set_num_threads(std::max(1, omp_get_num_procs() / distributed::local_world_size()));
+  }
+  if (distributed::rank() == 0) {
+    std::printf("distributed: %d processes, batch %lld = %d x %lld\n", n,
+                static_cast<long long>(f.batch), n, static_cast<long long>(f.batch / n));
+  } else if (std::freopen("/dev/null", "w", stdout) == nullptr) {
+    throw UsageError("--distributed: cannot silence the standard output of rank " +
+                     std::to_string(distributed::rank()));
+  }
+}
+
+DistributedRun::~DistributedRun() {
+  ddp_.reset();
+  // On an exception report_error aborts the job instead: the other processes may be waiting
+  // for this one in a collective, where a clean shutdown would wait for them in turn.
+  if (enabled_ && std::uncaught_exceptions() == 0) distributed::shutdown();
+}
+
+double DistributedRun::sum(double value) const {
+  if (!enabled_) return value;
+  const Tensor t = scalar_tensor(value, {.dtype = DType::float64});
+  distributed::all_reduce(t);
+  return t.item<double>();
+}
+
+double DistributedRun::loss_weight(std::int64_t local_count) const {
+  if (!enabled_) return 1.0;
+  const double total = sum(static_cast<double>(local_count));
+  return total > 0 ? static_cast<double>(local_count) * world_size() / total : 1.0;
+}
+
+void DistributedRun::barrier() const {
+  if (enabled_) distributed::barrier();
+}
+
+void DistributedRun::wrap(std::shared_ptr<nn::Module> model) {
+  if (enabled_) ddp_ = std::make_unique<distributed::DistributedDataParallel>(std::move(model));
+}
+
 void check_writable(const std::string& file, const char* flag) {
   if (file.empty()) return;
   fs::path dir = fs::path(file).parent_path();
@@ -414,6 +474,11 @@ int report_error(const char* program, std::exception_ptr error) {
     message = "unexpected error of an unknown type, a bug to report with the command line";
   }
   std::replace(message.begin(), message.end(), '\n', ' ');  // one line, for logs and scripts
+  // In a data-parallel job the other processes may wait for this one in a collective: end them
+  // all, with this message ("rank R: <program>: <message>").
+  if (distributed::is_initialized() && distributed::world_size() > 1) {
+    distributed::abort(std::string(program) + ": " + message, 1);
+  }
   std::fprintf(stderr, "%s: %s\n", program, message.c_str());
   return 1;
 }

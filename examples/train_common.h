@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -59,6 +60,7 @@ struct RunFlags {
   std::string log;
   std::string plot;
   std::vector<std::string> compare;
+  bool distributed = false;  // one process of an MPI job (mpirun -np N ... --distributed)
 };
 
 // Checks of numeric flags for CLI::Option::check, with messages such as "--lr: expected a
@@ -83,6 +85,46 @@ void check_run_flags(const RunFlags& flags);
 // Parses --device and checks that it is usable here; sets the thread count.
 Device setup_device(const RunFlags& flags);
 
+// With --distributed, this process's part in a data-parallel job started by
+// `mpirun -np N <program> ... --distributed`: the constructor joins the job (MPI), checks that
+// --batch (the global batch) splits evenly over the processes, gives each process an equal share
+// of the cores unless --threads or OMP_NUM_THREADS says otherwise, and sends the standard output
+// of every rank but 0 to /dev/null (rank 0 prints for the job; errors still reach stderr from
+// any rank). The destructor ends the job cleanly when the program returns normally; an
+// exception leaves that to report_error, which aborts the whole job. Without --distributed it
+// does nothing and the program is a world of one. A build without MPI says so (UsageError).
+class DistributedRun {
+ public:
+  explicit DistributedRun(const RunFlags& flags);
+  ~DistributedRun();
+  DistributedRun(const DistributedRun&) = delete;
+  DistributedRun& operator=(const DistributedRun&) = delete;
+
+  bool enabled() const { return enabled_; }
+  int rank() const { return distributed::rank(); }
+  int world_size() const { return distributed::world_size(); }
+  // This process's share of the global batch.
+  std::int64_t local_batch(std::int64_t global) const { return global / world_size(); }
+  // Evaluation split over the processes: whether item `index` (a batch, an example) is this
+  // process's, and a sum over every process's part (the same value on all of them).
+  bool is_mine(std::int64_t index) const { return index % world_size() == rank(); }
+  double sum(double value) const;
+  // The factor that turns this process's mean loss over its `local_count` items (masked bytes)
+  // into its part of the whole batch's mean: local_count * world_size / (the sum of the
+  // counts). The processes' gradients, averaged, are then the single process's. 1 without
+  // --distributed.
+  double loss_weight(std::int64_t local_count) const;
+  // Waits until every process got here (nothing without --distributed).
+  void barrier() const;
+  // Wraps the model for data-parallel training (gradients averaged during backward); nothing
+  // without --distributed.
+  void wrap(std::shared_ptr<nn::Module> model);
+
+ private:
+  bool enabled_ = false;
+  std::unique_ptr<distributed::DistributedDataParallel> ddp_;
+};
+
 // Creates the directory of `file` when needed; a UsageError naming `flag` when it cannot be
 // written. Called before training, so a bad path fails at once rather than at the first save.
 void check_writable(const std::string& file, const char* flag);
@@ -100,9 +142,10 @@ nn::TrainingRunOptions run_options(const RunFlags& flags, const char* program, D
 
 // Prints "<program>: <message>" on one line of stderr for the exception that ends the program
 // (any exception: main catches with `catch (...)` and passes std::current_exception()), and
-// returns its exit status, 1. Bad input says what was wrong; running out of memory (sizes too
-// large for it included) and file system failures say what to do about them; anything else is
-// reported as a bug.
+// returns its exit status, 1. In a data-parallel job it ends every process instead
+// (distributed::abort), so that none is left waiting for this one. Bad input says what was wrong;
+// running out of memory (sizes too large for it included) and file system failures say what to do
+// about them; anything else is reported as a bug.
 int report_error(const char* program, std::exception_ptr error);
 
 }  // namespace train

@@ -112,13 +112,15 @@ struct Score {
 
 // Mean loss and accuracy over a whole split, without dropout.
 Score evaluate(nn::SequenceClassifier& model, const std::vector<ListOpsExample>& examples,
-               std::int64_t batch, Device device) {
+               std::int64_t batch, Device device, const train::DistributedRun& dist) {
   NoGradGuard no_grad;
   model.eval();
   double total_loss = 0;
   std::int64_t correct = 0;
   const auto n = static_cast<std::int64_t>(examples.size());
+  // With --distributed each process takes every world_size-th batch, and the sums are added.
   for (std::int64_t first = 0; first < n; first += batch) {
+    if (!dist.is_mine(first / batch)) continue;
     std::vector<std::int64_t> indices;
     for (std::int64_t i = first; i < std::min(first + batch, n); ++i) indices.push_back(i);
     const nn::data::ListOpsBatch b = nn::data::listops_batch(examples, indices);
@@ -133,8 +135,8 @@ Score evaluate(nn::SequenceClassifier& model, const std::vector<ListOpsExample>&
     }
   }
   model.train();
-  return {total_loss / static_cast<double>(n),
-          static_cast<double>(correct) / static_cast<double>(n)};
+  return {dist.sum(total_loss) / static_cast<double>(n),
+          dist.sum(static_cast<double>(correct)) / static_cast<double>(n)};
 }
 
 // The command line: the shared model and run flags plus the ListOps ones.
@@ -273,6 +275,9 @@ int main(int argc, char** argv) {
       return 0;
     }
 
+    // --- With --distributed, this process's part in the job (mpirun -np N). ---
+    train::DistributedRun dist(o.run);
+
     // --- Configuration, device, data: checked before any checkpoint or log is written. ---
     Preset p = preset(o.preset);
     if (o.train_examples > 0) p.train = o.train_examples;
@@ -283,7 +288,10 @@ int main(int argc, char** argv) {
     const Device device = train::setup_device(o.run);
     train::check_writable(o.run.checkpoint, "--checkpoint");
     train::check_writable(o.run.log, "--log");
+    // Rank 0 generates and writes the data files when they are missing; the others read them.
+    if (dist.rank() != 0) dist.barrier();
     const Splits data = load_or_generate(o.data_dir, p, o.data_seed);
+    if (dist.rank() == 0) dist.barrier();
     if (longest(data) + 1 > config.max_seq_len) {
       throw UsageError("--data-dir " + o.data_dir + " holds an expression of " +
                        std::to_string(longest(data)) + " tokens, above the model's maximum " +
@@ -302,12 +310,18 @@ int main(int argc, char** argv) {
         config, ListOpsVocab::vocab_size, ListOpsVocab::num_classes,
         o.pooling == "cls" ? nn::Pooling::cls : nn::Pooling::mean);
     model->to(device);
+    dist.wrap(model);  // --distributed: rank 0's weights everywhere, gradients averaged
     nn::optim::AdamW optimizer(nn::optim::decay_groups(*model, o.run.weight_decay),
                                {.lr = o.run.lr, .weight_decay = o.run.weight_decay});
     const nn::optim::WarmupCosine schedule(o.run.lr, o.run.warmup, o.run.steps, o.run.lr / 10);
     nn::data::Loader loader(
         static_cast<std::int64_t>(data.train.size()),
-        {.batch_size = o.run.batch, .shuffle = true, .drop_last = true, .seed = o.run.seed});
+        {.batch_size = o.run.batch,  // the global batch; each process takes its share
+         .shuffle = true,
+         .drop_last = true,
+         .seed = o.run.seed,
+         .rank = dist.rank(),
+         .world_size = dist.world_size()});
     nn::TrainingRun run(train::run_options(o.run, kProgram, device, {"val_loss", "val_acc"}),
                         *model, optimizer, &loader, run_metadata(o, config, data), kMustMatch);
     print_setup(o, config, data, *model, device, run);
@@ -340,7 +354,7 @@ int main(int argc, char** argv) {
 
       if (run.evaluation_due()) {
         run.pause();
-        const Score val = evaluate(*model, data.validation, 2 * o.run.batch, device);
+        const Score val = evaluate(*model, data.validation, 2 * o.run.batch, device, dist);
         char line[160];
         std::snprintf(line, sizeof line,
                       "step %lld: validation accuracy %.2f%%, loss %.4f (training loss %.4f)",
@@ -361,8 +375,8 @@ int main(int argc, char** argv) {
     }
 
     // --- The final evaluation and the summary. ---
-    const Score val = evaluate(*model, data.validation, 2 * o.run.batch, device);
-    const Score test = evaluate(*model, data.test, 2 * o.run.batch, device);
+    const Score val = evaluate(*model, data.validation, 2 * o.run.batch, device, dist);
+    const Score test = evaluate(*model, data.test, 2 * o.run.batch, device, dist);
     run.log_final({val.loss, val.accuracy});
     std::printf("final validation accuracy %.2f%% (loss %.4f)\n", 100 * val.accuracy, val.loss);
     std::printf("final test accuracy %.2f%% (loss %.4f)\n", 100 * test.accuracy, test.loss);
@@ -375,7 +389,7 @@ int main(int argc, char** argv) {
           run.elapsed_seconds());
     }
     if (!o.run.checkpoint.empty()) std::printf("checkpoint: %s\n", o.run.checkpoint.c_str());
-    if (!o.run.plot.empty()) {
+    if (!o.run.plot.empty() && dist.rank() == 0) {
       nn::plot_logs(o.run.plot, {o.run.log}, "val_acc", "validation accuracy");
       std::printf("plot: %s\n", o.run.plot.c_str());
     }

@@ -157,18 +157,29 @@ ValidationSet make_validation(const nn::data::TokenChunks& chunks, std::int64_t 
 }
 
 // The mean loss over the masked positions of the validation set (its exp is the perplexity).
-double evaluate(nn::MaskedLM& model, const ValidationSet& set, Device device) {
+// The masked positions of a batch's labels (the others are kIgnore).
+std::int64_t masked_count(const Tensor& labels) {
+  const std::vector<std::int64_t> v = labels.to_vector<std::int64_t>();
+  return static_cast<std::int64_t>(
+      v.size() - static_cast<std::size_t>(std::count(v.begin(), v.end(), kIgnore)));
+}
+
+double evaluate(nn::MaskedLM& model, const ValidationSet& set, Device device,
+                const train::DistributedRun& dist) {
   NoGradGuard no_grad;
   model.eval();  // no dropout
   double total = 0;
-  for (const nn::data::MlmBatch& b : set.batches) {
+  // With --distributed each process takes every world_size-th batch, and the sums are added.
+  for (std::size_t i = 0; i < set.batches.size(); ++i) {
+    if (!dist.is_mine(static_cast<std::int64_t>(i))) continue;
+    const nn::data::MlmBatch& b = set.batches[i];
     const Tensor logits = model.forward(b.tokens.to(device));  // [B, n, V]
     const Tensor loss = cross_entropy(logits.reshape({-1, ByteTokenizer::vocab_size}),
                                       b.labels.to(device).reshape({-1}), kIgnore, Reduction::sum);
     total += loss.item<double>();
   }
   model.train();
-  return total / static_cast<double>(set.targets);
+  return dist.sum(total) / static_cast<double>(set.targets);
 }
 
 // The command line: the shared model and run flags plus the masked-LM ones.
@@ -342,6 +353,9 @@ int main(int argc, char** argv) {
       return 0;
     }
 
+    // --- With --distributed, this process's part in the job (mpirun -np N). ---
+    train::DistributedRun dist(o.run);
+
     // --- Configuration, device, data: everything is checked before anything is written. ---
     const nn::EncoderConfig config = train::encoder_config(o.model, o.seq_len);
     const Device device = train::setup_device(o.run);
@@ -356,12 +370,18 @@ int main(int argc, char** argv) {
                                        o.positions == "learned" ? nn::PositionEncoding::learned
                                                                 : nn::PositionEncoding::sinusoidal);
     model->to(device);
+    dist.wrap(model);  // --distributed: rank 0's weights everywhere, gradients averaged
     nn::optim::AdamW optimizer(nn::optim::decay_groups(*model, o.run.weight_decay),
                                {.lr = o.run.lr, .weight_decay = o.run.weight_decay});
     const nn::optim::WarmupCosine schedule(o.run.lr, o.run.warmup, o.run.steps, o.run.lr / 10);
     nn::data::Loader loader(
         data.train.size(),
-        {.batch_size = o.run.batch, .shuffle = true, .drop_last = true, .seed = o.run.seed});
+        {.batch_size = o.run.batch,  // the global batch; each process takes its share
+         .shuffle = true,
+         .drop_last = true,
+         .seed = o.run.seed,
+         .rank = dist.rank(),
+         .world_size = dist.world_size()});
     nn::TrainingRun run(train::run_options(o.run, kProgram, device, {"val_loss", "val_ppl"}),
                         *model, optimizer, &loader, run_metadata(o, config, data), kMustMatch);
     print_setup(o, config, data, *model, device, loader, run);
@@ -380,8 +400,11 @@ int main(int argc, char** argv) {
       const double lr = schedule.lr_at(run.step());
       optimizer.set_lr(lr);
       const Tensor logits = model->forward(tokens);  // [B, n, V]
-      const Tensor loss = cross_entropy(logits.reshape({-1, ByteTokenizer::vocab_size}),
-                                        labels.reshape({-1}), kIgnore);
+      Tensor loss = cross_entropy(logits.reshape({-1, ByteTokenizer::vocab_size}),
+                                  labels.reshape({-1}), kIgnore);
+      // --distributed: processes mask different numbers of bytes; weighting each one's mean by
+      // its share makes their averaged gradient the whole batch's.
+      if (dist.enabled()) loss = loss * dist.loss_weight(masked_count(batch.labels));
       optimizer.zero_grad();
       loss.backward();
       std::optional<double> grad_norm;
@@ -395,7 +418,7 @@ int main(int argc, char** argv) {
 
       if (run.evaluation_due()) {
         run.pause();
-        const double val_loss = evaluate(*model, data.validation, device);
+        const double val_loss = evaluate(*model, data.validation, device, dist);
         char line[160];
         std::snprintf(line, sizeof line,
                       "step %lld: validation loss %.4f, perplexity %.3f (training loss %.4f)",
@@ -416,7 +439,7 @@ int main(int argc, char** argv) {
     }
 
     // --- The final evaluation and the summary. ---
-    const double val_loss = evaluate(*model, data.validation, device);
+    const double val_loss = evaluate(*model, data.validation, device, dist);
     run.log_final({val_loss, std::exp(val_loss)});
     if (run.steps_this_run() > 0) {
       std::printf(
@@ -437,7 +460,7 @@ int main(int argc, char** argv) {
           static_cast<long long>(o.seq_len), run.compute_seconds(), run.elapsed_seconds());
     }
     if (!o.run.checkpoint.empty()) std::printf("checkpoint: %s\n", o.run.checkpoint.c_str());
-    if (!o.run.plot.empty()) {
+    if (!o.run.plot.empty() && dist.rank() == 0) {
       nn::plot_logs(o.run.plot, {o.run.log}, "val_ppl", "validation perplexity");
       std::printf("plot: %s\n", o.run.plot.c_str());
     }

@@ -31,8 +31,9 @@ bool is_initialized();
 // init() (a single process is a world of one).
 int rank();
 int world_size();
-// The rank among the processes on this machine (to pick a GPU: Device::cuda(local_rank())).
+// The rank among the processes on this machine, and their number (1 before init()).
 int local_rank();
+int local_world_size();
 // Ends the job cleanly (MPI_Finalize) after every process got here; the device communicators
 // go first. Later collectives throw; init() does not start MPI again.
 void shutdown();

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/random.h"
 #include "nn/data/loader.h"
+#include "nn/distributed/distributed.h"
 #include "nn/io/checkpoint.h"
 #include "nn/optim.h"
 
@@ -120,7 +121,8 @@ TrainingRun::TrainingRun(TrainingRunOptions options, Module& model, optim::Optim
       first_loss_(NAN),
       smoothed_loss_(NAN),
       last_grad_norm_(NAN),
-      eval_values_(options_.eval_columns.size(), NAN) {
+      eval_values_(options_.eval_columns.size(), NAN),
+      primary_(distributed::rank() == 0) {
   TF_CHECK(options_.steps > 0, "TrainingRun: steps must be at least 1, got ", options_.steps);
   TF_CHECK(options_.stop_at >= 0 && options_.stop_at <= options_.steps, "TrainingRun: stop_at (",
            options_.stop_at, ") must lie in [0, steps] (steps ", options_.steps, ")");
@@ -137,7 +139,7 @@ TrainingRun::TrainingRun(TrainingRunOptions options, Module& model, optim::Optim
   config_["program"] = options_.program;
   if (options_.resume) resume_from_checkpoint(config_, must_match);
 
-  if (!options_.log.empty()) {
+  if (!options_.log.empty() && primary_) {
     std::vector<std::string> columns = {"step", "epoch", "loss", "lr", "grad_norm"};
     columns.insert(columns.end(), options_.eval_columns.begin(), options_.eval_columns.end());
     columns.insert(columns.end(), {"tokens_per_s", "seconds"});
@@ -177,12 +179,17 @@ void TrainingRun::install_interrupt_handlers() {
   saved_handlers_->terminate_installed = install(SIGTERM, saved_handlers_->terminate);
 }
 
-bool TrainingRun::running() const {
+bool TrainingRun::running() {
+  if (distributed::world_size() > 1) {
+    // Every process takes the same steps: a signal that reached one stops all after this step.
+    agreed_signal_ = static_cast<int>(distributed::all_reduce_max(interrupted()));
+  }
   return step_ < last_step_ && interrupted() == 0;
 }
 
 int TrainingRun::interrupted() const {
-  return saved_handlers_ ? static_cast<int>(g_interrupt) : 0;
+  const int own = saved_handlers_ ? static_cast<int>(g_interrupt) : 0;
+  return own != 0 ? own : agreed_signal_;
 }
 
 // Everything is checked before the model, the optimizer or the loader changes.
@@ -267,9 +274,18 @@ void TrainingRun::start_step() {
   step_start_ = std::chrono::steady_clock::now();
 }
 
-void TrainingRun::end_step(const StepStats& stats) {
+void TrainingRun::end_step(const StepStats& step_stats) {
   backend(options_.device).synchronize();
   compute_seconds_ += seconds_since(step_start_);
+  StepStats stats = step_stats;
+  if (distributed::world_size() > 1) {
+    // The job's step: the mean of the processes' losses (their shares are equal), all tokens.
+    const Tensor sums = from<double>({stats.loss, static_cast<double>(stats.tokens)}, {2});
+    distributed::all_reduce(sums);
+    const std::vector<double> v = sums.to_vector<double>();
+    stats.loss = v[0] / distributed::world_size();
+    stats.tokens = static_cast<std::int64_t>(v[1]);
+  }
   const double grad_norm = stats.grad_norm.value_or(NAN);
   if (!std::isfinite(stats.loss) || (stats.grad_norm && !std::isfinite(grad_norm))) {
     progress_->finish();
@@ -339,7 +355,7 @@ void TrainingRun::log_and_checkpoint() {
 void TrainingRun::finish() {
   progress_->finish();
   if (!options_.checkpoint.empty() && steps_this_run_ > 0) save();
-  if (const int signal_number = interrupted(); signal_number != 0) {
+  if (const int signal_number = interrupted(); signal_number != 0 && primary_) {
     if (options_.checkpoint.empty()) {
       std::fprintf(
           stderr, "%s: interrupted by %s after step %lld; no checkpoint (none was asked for)\n",
@@ -365,6 +381,7 @@ void TrainingRun::log_final(const std::vector<double>& values) {
 
 void TrainingRun::save() {
   TF_CHECK(!options_.checkpoint.empty(), "TrainingRun::save: no checkpoint path was given");
+  if (!primary_) return;  // the processes hold the same model: rank 0 writes it
   Metadata metadata = config_;
   metadata["step"] = std::to_string(step_);
   if (loader_ != nullptr) metadata["loader"] = loader_->state().to_string();

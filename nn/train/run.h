@@ -42,6 +42,12 @@
 // as a shell reports a process killed by them. A second signal ends the process at once. A
 // signal that was ignored when the run began (SIG_IGN, as a non-interactive shell sets for a
 // background job) stays ignored.
+//
+// Data-parallel runs (distributed::init() before the run; every process builds its own
+// TrainingRun): rank 0 alone writes the log and the checkpoints, all ranks read the checkpoint
+// to resume; the step's loss is averaged and its tokens summed over the processes, so the
+// progress bar, the log and the divergence check describe the whole job; and running() asks
+// every process, so that a signal received by one stops them all after the same step.
 #pragma once
 
 #include <chrono>
@@ -115,7 +121,7 @@ class TrainingRun {
 
   // Whether another step is to be taken: the step is below stop_at (or steps) and no SIGINT or
   // SIGTERM has arrived.
-  bool running() const;
+  bool running();
   // The signal that interrupted the run (SIGINT or SIGTERM), 0 when none did.
   int interrupted() const;
   // The status the program exits with after an interruption: 128 + the signal number.
@@ -192,7 +198,9 @@ class TrainingRun {
   std::int64_t window_steps_ = 0;
   std::vector<double> eval_values_;  // this step's, NaN when it was not evaluated
   bool evaluated_ = false;
-  struct SavedHandlers;  // the SIGINT and SIGTERM actions before this run
+  bool primary_;           // rank 0 of a data-parallel job, or the only process: writes files
+  int agreed_signal_ = 0;  // a signal any process of the job received (running() asks them all)
+  struct SavedHandlers;    // the SIGINT and SIGTERM actions before this run
   std::unique_ptr<SavedHandlers> saved_handlers_;
 };
 

@@ -30,6 +30,7 @@ struct ProcessState {
   int rank = 0;
   int size = 1;
   int local_rank = 0;
+  int local_size = 1;
   std::terminate_handler previous_terminate = nullptr;
   // One communicator per GPU this process reduces on, by device index.
   std::map<int, std::unique_ptr<DeviceCommunicator>> device_comms;
@@ -162,6 +163,7 @@ void init() {
   TF_MPI_CHECK("init",
                MPI_Comm_split_type(s.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &node));
   TF_MPI_CHECK("init", MPI_Comm_rank(node, &s.local_rank));
+  TF_MPI_CHECK("init", MPI_Comm_size(node, &s.local_size));
   MPI_Comm_free(&node);
   s.previous_terminate = std::set_terminate(on_terminate);
   s.initialized = true;
@@ -181,6 +183,10 @@ int world_size() {
 
 int local_rank() {
   return is_initialized() ? state().local_rank : 0;
+}
+
+int local_world_size() {
+  return is_initialized() ? state().local_size : 1;
 }
 
 void shutdown() {

@@ -42,6 +42,9 @@ int world_size() {
 int local_rank() {
   return 0;
 }
+int local_world_size() {
+  return 1;
+}
 void shutdown() {}
 void abort(std::string_view message, int status) {
   std::fprintf(stderr, "rank 0: %.*s\n", static_cast<int>(message.size()), message.data());
