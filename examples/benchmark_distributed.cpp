@@ -71,7 +71,9 @@ int main(int argc, char** argv) {
   s.config.attention = nn::AttentionKind::linformer;
   s.config.linformer.k = 32;
   s.config.dropout = 0.0;
-  std::int64_t batch = 32;
+  s.config.d_model = 64;  // train_mlm's defaults
+  s.config.d_ff = 256;
+  std::int64_t batch = 16;
   int steps = 10, warmup = 2, threads = 1;
   double bucket_mb = 25.0;
   app.add_option("--batch", batch, "global batch (split over the processes)")
