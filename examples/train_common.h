@@ -142,10 +142,10 @@ nn::TrainingRunOptions run_options(const RunFlags& flags, const char* program, D
 
 // Prints "<program>: <message>" on one line of stderr for the exception that ends the program
 // (any exception: main catches with `catch (...)` and passes std::current_exception()), and
-// returns its exit status, 1. In a data-parallel job it ends every process instead
-// (distributed::abort), so that none is left waiting for this one. Bad input says what was wrong;
-// running out of memory (sizes too large for it included) and file system failures say what to do
-// about them; anything else is reported as a bug.
+// returns its exit status, 1. Bad input says what was wrong; running out of memory (sizes too
+// large for it included) and file system failures say what to do about them; anything else is
+// reported as a bug. In a data-parallel job it ends every process instead (distributed::abort),
+// so that none is left waiting for this one.
 int report_error(const char* program, std::exception_ptr error);
 
 }  // namespace train

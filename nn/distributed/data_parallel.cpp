@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <sstream>
 
 #include "autograd/grad_mode.h"
@@ -171,6 +172,9 @@ void DistributedDataParallel::on_gradient_ready(std::size_t index) {
     // The pass's first ready gradient: start the bookkeeping, and have the engine call back
     // when the pass ends.
     pass_active_ = true;
+    // A pass that threw may have left all-reduces in flight (on every process alike, when the
+    // error was the same everywhere): they finish before their buffers are reused.
+    for (Bucket& b : buckets_) b.work.wait();
     next_bucket_ = 0;
     for (Param& p : params_) p.ready = false;
     for (Bucket& b : buckets_) {
@@ -181,7 +185,9 @@ void DistributedDataParallel::on_gradient_ready(std::size_t index) {
     stats_.last_launched_in_backward = 0;
     stats_.last_launched_at_end = 0;
     stats_.last_first_launch_seconds = 0;
-    autograd::queue_callback([this] { finish_pass(); });
+    // The guard ends the pass's bookkeeping also when the pass throws and drops the callback.
+    const std::shared_ptr<bool> end(&pass_active_, [](bool* active) { *active = false; });
+    autograd::queue_callback([this, end] { finish_pass(); });
   }
   Param& p = params_[index];
   if (!p.ready) {

@@ -292,3 +292,28 @@ TEST_CASE("DistributedDataParallel: models that differ across ranks are refused 
   // And the job is still in step.
   CHECK(dist::all_reduce_max(1) == 1);
 }
+
+TEST_CASE("DistributedDataParallel: a backward pass that throws on every rank leaves it usable") {
+  tf::manual_seed(8);
+  auto model = std::make_shared<Mlp>(std::vector<std::int64_t>{4, 8, 8, 2});
+  model->to(tf::DType::float64);
+  dist::DistributedDataParallel ddp(model, {.bucket_cap_mb = 1e-6});
+  const Batch batch = global_batch(4, 4, 2, tf::DType::float64, 12);
+  const Batch part = rows(batch, dist::rank() * 2, 2);
+  {
+    // After the last layers' buckets have started, the first layer's hook throws.
+    auto failing = tf::autograd::register_post_accumulate_grad_hook(
+        model->layers[0]->weight, [](const Tensor&) { throw tf::Error("injected failure"); });
+    CHECK_THROWS_WITH_AS(mse(model->forward(part.x), part.y).backward(), "injected failure",
+                         tf::Error);
+  }
+  CHECK(ddp.stats().syncs == 0);
+  model->zero_grad();
+  mse(model->forward(part.x), part.y).backward();
+  CHECK(ddp.stats().syncs == 1);
+  for (const Tensor& p : model->parameters()) {
+    Tensor root = p.grad().clone();
+    dist::broadcast(root, 0);
+    CHECK(max_abs_diff(root, p.grad()) == 0.0);
+  }
+}
