@@ -88,4 +88,28 @@ Tensor SequenceClassifier::forward(const Tensor& tokens, const Tensor& key_paddi
   return classifier->forward(pooled);
 }
 
+const char* model_kind_name(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::masked_lm:
+      return "MaskedLM";
+    case ModelKind::sequence_classifier:
+      return "SequenceClassifier";
+  }
+  return "unknown";
+}
+
+std::shared_ptr<Module> make_model(const ModelDescription& d) {
+  validate(d.encoder);
+  TF_CHECK(d.vocabulary.size > 0, "make_model: expected a positive vocabulary size, got ",
+           d.vocabulary.size);
+  switch (d.kind) {
+    case ModelKind::masked_lm:
+      return std::make_shared<MaskedLM>(d.encoder, d.vocabulary.size, d.tie_weights, d.positions);
+    case ModelKind::sequence_classifier:
+      return std::make_shared<SequenceClassifier>(d.encoder, d.vocabulary.size, d.classes,
+                                                  d.pooling, d.positions);
+  }
+  fail("make_model: unknown model kind ", static_cast<int>(d.kind));
+}
+
 }  // namespace tinyformer::nn

@@ -27,6 +27,7 @@
 #include "nn/data/data.h"
 #include "nn/inspect/spectrum.h"
 #include "nn/io/checkpoint.h"
+#include "nn/io/model_file.h"
 #include "nn/io/safetensors.h"
 #include "nn/train/plot.h"
 #include "nn/train/progress.h"
