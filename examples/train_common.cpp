@@ -20,40 +20,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// %g: 0.99, 1e-06, 128 (never the 309 digits of DBL_MAX).
-std::string number_text(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", value);
-  return text;
-}
-
-// A validator that reads the flag's text as a number and asks `accept` about it; `expected`
-// completes "expected ..." in the message, `description` is what --help shows after the type.
-CLI::Validator numeric(std::function<bool(double)> accept, const std::string& expected,
-                       const std::string& description) {
-  return CLI::Validator(
-      [accept, expected](std::string& text) -> std::string {
-        double value = 0;
-        if (!CLI::detail::lexical_cast(text, value)) return "expected a number, got '" + text + "'";
-        if (!std::isfinite(value)) return "expected a finite number, got " + text;
-        if (!accept(value)) return "expected " + expected + ", got " + text;
-        return {};
-      },
-      description);
+// A library check as a CLI11 validator; --help shows its description after the type.
+CLI::Validator validator(nn::flags::NumberCheck check) {
+  const std::string description = check.description;
+  return CLI::Validator([check](std::string& text) { return check(text); }, description);
 }
 
 }  // namespace
 
 CLI::Validator positive() {
-  return numeric([](double v) { return v > 0; }, "a value above 0", "POSITIVE");
+  return validator(nn::flags::positive());
 }
 CLI::Validator non_negative() {
-  return numeric([](double v) { return v >= 0; }, "a value of 0 or more", "NONNEGATIVE");
+  return validator(nn::flags::non_negative());
 }
 CLI::Validator in_range(double low, double high) {
-  const std::string lo = number_text(low), hi = number_text(high);
-  return numeric([low, high](double v) { return v >= low && v <= high; },
-                 "a value from " + lo + " to " + hi, "IN [" + lo + ", " + hi + "]");
+  return validator(nn::flags::in_range(low, high));
 }
 
 void add_model_flags(CLI::App& app, ModelFlags& f) {
@@ -311,32 +293,10 @@ std::string describe(const nn::EncoderConfig& c) {
 }
 
 Device setup_device(const RunFlags& f) {
-  Device device;
-  try {
-    device = parse_device(f.device);
-  } catch (const tinyformer::Error& e) {
-    throw UsageError(std::string("--device: ") + e.what());
-  }
-  if (device.type == DeviceType::cuda && !cuda_available()) {
-    throw UsageError("--device " + f.device +
-                     ": no usable CUDA device (this build has no CUDA backend, or no GPU is "
-                     "present); use --device cpu");
-  }
+  const Device device = nn::usable_device(f.device);
   // One OpenMP pool serves our loops, OpenBLAS (its OpenMP build) and oneDNN.
   if (f.threads > 0) omp_set_num_threads(f.threads);
   return device;
-}
-
-void check_writable(const std::string& file, const char* flag) {
-  if (file.empty()) return;
-  fs::path dir = fs::path(file).parent_path();
-  if (dir.empty()) dir = ".";
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || ::access(dir.c_str(), W_OK) != 0) {
-    throw UsageError(std::string(flag) + " " + file + ": cannot write to the directory '" +
-                     dir.string() + "'; choose a writable path");
-  }
 }
 
 void put(Metadata& m, const std::string& key, const std::string& value) {
@@ -388,34 +348,9 @@ nn::TrainingRunOptions run_options(const RunFlags& f, const char* program, Devic
 }
 
 int report_error(const char* program, std::exception_ptr error) {
-  constexpr const char* kSmaller =
-      "; lower --batch, the sequence length, the model's size (--d-model, --d-ff, --layers) or "
-      "the amount of data";
-  std::string message;
-  try {
-    std::rethrow_exception(error);
-  } catch (const tinyformer::OutOfMemory& e) {
-    message = e.what() + std::string(kSmaller);
-  } catch (const std::bad_alloc&) {
-    message = std::string("out of host memory") + kSmaller;
-  } catch (const std::length_error& e) {  // a std::vector or string asked for too many elements
-    message = std::string("a size too large for memory (") + e.what() + ")" + kSmaller;
-  } catch (const fs::filesystem_error& e) {
-    message = std::string(e.what()) +
-              "; check that the path exists and that its permissions "
-              "let this program read it (and write where it writes)";
-  } catch (const UsageError& e) {  // bad input (flags, files, checkpoints): says what to do
-    message = e.what();
-  } catch (const tinyformer::Error& e) {
-    message = e.what();
-  } catch (const std::exception& e) {
-    message = std::string("unexpected error, a bug to report with the command line: ") + e.what();
-  } catch (...) {
-    message = "unexpected error of an unknown type, a bug to report with the command line";
-  }
-  std::replace(message.begin(), message.end(), '\n', ' ');  // one line, for logs and scripts
-  std::fprintf(stderr, "%s: %s\n", program, message.c_str());
-  return 1;
+  return nn::report_error(program, error,
+                          "; lower --batch, the sequence length, the model's size (--d-model, "
+                          "--d-ff, --layers) or the amount of data");
 }
 
 }  // namespace train

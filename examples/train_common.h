@@ -17,10 +17,8 @@ namespace train {
 using namespace tinyformer;
 
 // Bad input from the command line or the files it names: the program prints the message on one
-// line and exits with status 1. Messages say what was wrong and what to do.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+// line and exits with status 1 (nn::report_error).
+using UsageError = nn::UsageError;
 
 // The flags that define the encoder: a checkpoint is only loadable into the same ones.
 struct ModelFlags {
@@ -61,9 +59,9 @@ struct RunFlags {
   std::vector<std::string> compare;
 };
 
-// Checks of numeric flags for CLI::Option::check, with messages such as "--lr: expected a
-// value above 0, got -1" (CLI11's own print the bounds of a double with every digit of
-// DBL_MAX). Each also rejects NaN and the infinities, which no flag means.
+// The library's checks of numeric flags (nn::flags) for CLI::Option::check, with messages such
+// as "--lr: expected a value above 0, got -1" (CLI11's own print the bounds of a double with
+// every digit of DBL_MAX). Each also rejects NaN and the infinities, which no flag means.
 CLI::Validator positive();                         // > 0
 CLI::Validator non_negative();                     // >= 0
 CLI::Validator in_range(double low, double high);  // [low, high]
@@ -83,9 +81,7 @@ void check_run_flags(const RunFlags& flags);
 // Parses --device and checks that it is usable here; sets the thread count.
 Device setup_device(const RunFlags& flags);
 
-// Creates the directory of `file` when needed; a UsageError naming `flag` when it cannot be
-// written. Called before training, so a bad path fails at once rather than at the first save.
-void check_writable(const std::string& file, const char* flag);
+using nn::check_writable;
 
 // Checkpoint metadata: what the run was configured with, as "config.<flag>" entries.
 using Metadata = nn::Metadata;
@@ -98,11 +94,7 @@ Metadata model_metadata(const ModelFlags& flags);
 nn::TrainingRunOptions run_options(const RunFlags& flags, const char* program, Device device,
                                    std::vector<std::string> eval_columns);
 
-// Prints "<program>: <message>" on one line of stderr for the exception that ends the program
-// (any exception: main catches with `catch (...)` and passes std::current_exception()), and
-// returns its exit status, 1. Bad input says what was wrong; running out of memory (sizes too
-// large for it included) and file system failures say what to do about them; anything else is
-// reported as a bug.
+// nn::report_error, with the flags to lower when memory runs out.
 int report_error(const char* program, std::exception_ptr error);
 
 }  // namespace train

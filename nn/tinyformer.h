@@ -29,6 +29,8 @@
 #include "nn/io/checkpoint.h"
 #include "nn/io/model_file.h"
 #include "nn/io/safetensors.h"
+#include "nn/train/evaluate.h"
 #include "nn/train/plot.h"
+#include "nn/train/program.h"
 #include "nn/train/progress.h"
 #include "nn/train/run.h"
