@@ -26,7 +26,7 @@ using ordered_json = nlohmann::ordered_json;
 
 // --- The fields of each struct, one line each. ---
 // The writer and the reader both walk these lists, so a field added to one of the structs is
-// one line here (and a line in docs/checkpoints.md). `v(name, member)`.
+// one line here (and a line in docs/training.md). `v(name, member)`.
 
 template <typename V, typename C>
 requires std::same_as<std::remove_const_t<C>, LinformerConfig>

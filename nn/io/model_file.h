@@ -6,7 +6,7 @@
 //   std::shared_ptr<nn::MaskedLM> model = loaded.as<nn::MaskedLM>();
 //   loaded.config().linformer.k, loaded.vocabulary().tokenizer, loaded.metadata["step"] ...
 //
-// The metadata key "tinyformer.model" holds one JSON object (docs/checkpoints.md lists every
+// The metadata key "tinyformer.model" holds one JSON object (docs/training.md lists every
 // field):
 //   {"version": 1, "kind": "MaskedLM", "vocabulary": {"size": 260, "tokenizer": "byte"},
 //    "positions": "learned", "tie_weights": true,
