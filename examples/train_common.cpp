@@ -1,22 +1,14 @@
-// Flags, configuration, run options and plots shared by the training programs.
+// Flags, configuration and run options shared by the training programs.
 #include "train_common.h"
 
 #include <omp.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <functional>
-#include <map>
-#include <new>
 #include <sstream>
 #include <stdexcept>
 
 namespace train {
-
-namespace fs = std::filesystem;
 
 namespace {
 

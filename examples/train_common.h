@@ -1,6 +1,8 @@
-// What the training programs (train_mlm, train_listops) share: the model and training flags,
-// the encoder configuration and the nn::TrainingRun options built from them. The training loops
-// themselves stay in each program's main, in plain sight.
+// What the training programs (train_mlm, train_listops, and evaluate_checkpoint) share: the model
+// and training flags, the encoder configuration and the nn::TrainingRun options built from them,
+// as CLI11 options. What a program of any argument parser needs (flag checks, the device, error
+// reports) is in the library (nn/train/program.h). The training loops themselves stay in each
+// program's main, in plain sight.
 #pragma once
 
 #include <tinyformer/tinyformer.h>
