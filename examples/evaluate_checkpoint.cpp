@@ -147,7 +147,8 @@ int main(int argc, char** argv) {
 
     // --- The loss. ---
     const double loss = nn::mlm_validation_loss(*model, validation, device);
-    std::printf("model: MaskedLM, %lld parameters, trained for %s steps (%s)\n",
+    std::printf("model: %s; %lld parameters, trained for %s steps (%s)\n",
+                nn::describe(loaded.description).c_str(),
                 static_cast<long long>(model->num_parameters()), run.text("step").c_str(),
                 o.checkpoint.c_str());
     std::printf("validation: %lld sequences of %lld bytes, %lld masked bytes, from %s\n",

@@ -259,31 +259,6 @@ nn::EncoderConfig encoder_config(const ModelFlags& f, std::int64_t seq_len) {
   return config;
 }
 
-std::string describe(const nn::EncoderConfig& c) {
-  std::string text = std::to_string(c.layers) + (c.layers == 1 ? " layer" : " layers") +
-                     ", d_model " + std::to_string(c.d_model) + ", " + std::to_string(c.heads) +
-                     " heads, d_ff " + std::to_string(c.d_ff) + ", ";
-  if (c.attention == nn::AttentionKind::full) return text + "full attention";
-  std::string ks;
-  if (c.linformer.k_per_layer.empty()) {
-    ks = std::to_string(c.linformer.k);
-  } else {
-    for (std::int64_t k : c.linformer.k_per_layer)
-      ks += (ks.empty() ? "" : ",") + std::to_string(k);
-  }
-  // Sharing applies to the learned matrices E and F of the linear kind only.
-  const bool linear = c.linformer.projection_name == "linear";
-  std::string recipe;
-  if (linear) {
-    char scale[32];
-    std::snprintf(scale, sizeof scale, "%g", c.linformer.projection_lr_scale);
-    recipe = std::string(", ") + nn::sharing_name(c.linformer.sharing) + " sharing, " +
-             nn::projection_init_name(c.linformer.projection_init) + " start, lr x" + scale;
-  }
-  return text + "Linformer k=" + ks + " (" + c.linformer.projection_name + " projection" + recipe +
-         ")";
-}
-
 Device setup_device(const RunFlags& f) {
   const Device device = nn::usable_device(f.device);
   // One OpenMP pool serves our loops, OpenBLAS (its OpenMP build) and oneDNN.

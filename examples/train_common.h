@@ -75,8 +75,7 @@ void add_run_flags(CLI::App& app, RunFlags& flags);
 // values that do not fit together (heads not dividing d_model, k above the sequence length,
 // an unknown projection kind, a malformed --k-schedule, --seq-len above --max-seq-len...).
 nn::EncoderConfig encoder_config(const ModelFlags& flags, std::int64_t seq_len);
-// "2 layers, d_model 128, 4 heads, d_ff 512, Linformer k=32 (linear, headwise sharing)".
-std::string describe(const nn::EncoderConfig& config);
+using nn::describe;
 // Checks --steps, --batch, --lr...; throws UsageError.
 void check_run_flags(const RunFlags& flags);
 

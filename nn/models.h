@@ -92,6 +92,14 @@ struct ModelDescription {
   Pooling pooling = Pooling::mean;  // SequenceClassifier only
 };
 
+// One line for people: "MaskedLM over the \"byte\" vocabulary (260 tokens), learned positions,
+// tied output; 2 layers, d_model 64, 4 heads, d_ff 256, Linformer k=32 (mean projection)".
+std::string describe(const ModelDescription& description);
+// The encoder part of that line: "2 layers, d_model 64, 4 heads, d_ff 256, full attention";
+// Linformer with its k (one per layer when they differ), projection kind and, for the learned
+// linear kind, its sharing and recipe; layers that differ are listed one by one.
+std::string describe(const EncoderConfig& config);
+
 // The model `description` describes, freshly initialised (from the default generator, as the
 // constructors above do). Throws an Error for an invalid description.
 std::shared_ptr<Module> make_model(const ModelDescription& description);

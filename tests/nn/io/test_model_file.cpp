@@ -465,3 +465,23 @@ TEST_CASE("TrainingRun saves the model description; load_model opens its checkpo
                            "SequenceClassifier"),
                        Error);
 }
+
+TEST_CASE("describe: one line per model") {
+  CHECK(nn::describe(small_mlm()) ==
+        "MaskedLM over the \"byte\" vocabulary (260 tokens), learned positions, tied output; 2 "
+        "layers, d_model 16, 2 heads, d_ff 32, Linformer k=6,4 (linear projection, none "
+        "sharing, pooling start, lr x0.1)");
+  nn::ModelDescription c = small_mlm();
+  c.kind = nn::ModelKind::sequence_classifier;
+  c.classes = 10;
+  c.pooling = nn::Pooling::cls;
+  c.vocabulary = {.size = 17, .tokenizer = ""};
+  c.positions = nn::PositionEncoding::sinusoidal;
+  c.encoder.attention = nn::AttentionKind::full;
+  CHECK(nn::describe(c) ==
+        "SequenceClassifier (10 classes, cls pooling) over an unnamed vocabulary (17 tokens), "
+        "sinusoidal positions; 2 layers, d_model 16, 2 heads, d_ff 32, full attention");
+  CHECK(nn::describe(everything_set().encoder) ==
+        "3 layers, d_model 48, 6 heads, d_ff 96, per layer: full attention; Linformer k=20,16,12 "
+        "(mean projection); Linformer k=7 (max projection)");
+}
