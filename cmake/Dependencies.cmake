@@ -2,8 +2,8 @@
 # our loops share one OpenMP thread pool instead of fighting over the cores) and OpenMP.
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(dnnl CONFIG REQUIRED)
-# JSON for the checkpoint headers (nn/io/safetensors.cpp), linked privately: no installed header
-# includes it.
+# JSON for the checkpoint headers and the model descriptions in their metadata
+# (nn/io/safetensors.cpp, nn/io/model_file.cpp), linked privately: no installed header includes it.
 find_package(nlohmann_json 3 REQUIRED)
 
 find_path(TINYFORMER_CBLAS_INCLUDE cblas.h

@@ -28,13 +28,12 @@ install(TARGETS ${tinyformer_export_targets} EXPORT tinyformerTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # The public headers keep their layer folders and sub-folders: <tinyformer/core/tensor.h>,
-# <tinyformer/nn/io/checkpoint.h>, and the umbrella <tinyformer/tinyformer.h>. Backend headers
-# stay private.
-foreach(layer core autograd nn)
-  install(DIRECTORY ${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tinyformer/${layer}
-    FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
-endforeach()
-install(FILES nn/tinyformer.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tinyformer)
+# <tinyformer/nn/io/checkpoint.h>, and the umbrella <tinyformer/tinyformer.h>. Only the headers
+# the umbrella reaches are installed (cmake/InstallHeaders.cmake); backend headers and core's
+# kernel math stay private.
+install(CODE "set(TINYFORMER_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
+  set(TINYFORMER_INCLUDE_DESTINATION \"${CMAKE_INSTALL_INCLUDEDIR}/tinyformer\")")
+install(SCRIPT cmake/InstallHeaders.cmake)
 install(EXPORT tinyformerTargets NAMESPACE tinyformer::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tinyformer)
 configure_package_config_file(cmake/tinyformerConfig.cmake.in

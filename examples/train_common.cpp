@@ -1,8 +1,7 @@
-// Flags, configuration, run options and plots shared by the training programs.
+// Flags, configuration and run options shared by the training programs.
 #include "train_common.h"
 
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,44 +17,24 @@
 
 namespace train {
 
-namespace fs = std::filesystem;
-
 namespace {
 
-// %g: 0.99, 1e-06, 128 (never the 309 digits of DBL_MAX).
-std::string number_text(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", value);
-  return text;
-}
-
-// A validator that reads the flag's text as a number and asks `accept` about it; `expected`
-// completes "expected ..." in the message, `description` is what --help shows after the type.
-CLI::Validator numeric(std::function<bool(double)> accept, const std::string& expected,
-                       const std::string& description) {
-  return CLI::Validator(
-      [accept, expected](std::string& text) -> std::string {
-        double value = 0;
-        if (!CLI::detail::lexical_cast(text, value)) return "expected a number, got '" + text + "'";
-        if (!std::isfinite(value)) return "expected a finite number, got " + text;
-        if (!accept(value)) return "expected " + expected + ", got " + text;
-        return {};
-      },
-      description);
+// A library check as a CLI11 validator; --help shows its description after the type.
+CLI::Validator validator(nn::flags::NumberCheck check) {
+  const std::string description = check.description;
+  return CLI::Validator([check](std::string& text) { return check(text); }, description);
 }
 
 }  // namespace
 
 CLI::Validator positive() {
-  return numeric([](double v) { return v > 0; }, "a value above 0", "POSITIVE");
+  return validator(nn::flags::positive());
 }
 CLI::Validator non_negative() {
-  return numeric([](double v) { return v >= 0; }, "a value of 0 or more", "NONNEGATIVE");
+  return validator(nn::flags::non_negative());
 }
 CLI::Validator in_range(double low, double high) {
-  const std::string lo = number_text(low), hi = number_text(high);
-  return numeric([low, high](double v) { return v >= low && v <= high; },
-                 "a value from " + lo + " to " + hi, "IN [" + lo + ", " + hi + "]");
+  return validator(nn::flags::in_range(low, high));
 }
 
 void add_model_flags(CLI::App& app, ModelFlags& f) {
@@ -290,43 +269,8 @@ nn::EncoderConfig encoder_config(const ModelFlags& f, std::int64_t seq_len) {
   return config;
 }
 
-std::string describe(const nn::EncoderConfig& c) {
-  std::string text = std::to_string(c.layers) + (c.layers == 1 ? " layer" : " layers") +
-                     ", d_model " + std::to_string(c.d_model) + ", " + std::to_string(c.heads) +
-                     " heads, d_ff " + std::to_string(c.d_ff) + ", ";
-  if (c.attention == nn::AttentionKind::full) return text + "full attention";
-  std::string ks;
-  if (c.linformer.k_per_layer.empty()) {
-    ks = std::to_string(c.linformer.k);
-  } else {
-    for (std::int64_t k : c.linformer.k_per_layer)
-      ks += (ks.empty() ? "" : ",") + std::to_string(k);
-  }
-  // Sharing applies to the learned matrices E and F of the linear kind only.
-  const bool linear = c.linformer.projection_name == "linear";
-  std::string recipe;
-  if (linear) {
-    char scale[32];
-    std::snprintf(scale, sizeof scale, "%g", c.linformer.projection_lr_scale);
-    recipe = std::string(", ") + nn::sharing_name(c.linformer.sharing) + " sharing, " +
-             nn::projection_init_name(c.linformer.projection_init) + " start, lr x" + scale;
-  }
-  return text + "Linformer k=" + ks + " (" + c.linformer.projection_name + " projection" + recipe +
-         ")";
-}
-
 Device setup_device(const RunFlags& f) {
-  Device device;
-  try {
-    device = parse_device(f.device);
-  } catch (const tinyformer::Error& e) {
-    throw UsageError(std::string("--device: ") + e.what());
-  }
-  if (device.type == DeviceType::cuda && !cuda_available()) {
-    throw UsageError("--device " + f.device +
-                     ": no usable CUDA device (this build has no CUDA backend, or no GPU is "
-                     "present); use --device cpu");
-  }
+  const Device device = nn::usable_device(f.device);
   // One OpenMP pool serves our loops, OpenBLAS (its OpenMP build) and oneDNN.
   if (f.threads > 0) omp_set_num_threads(f.threads);
   return device;
@@ -387,18 +331,6 @@ void DistributedRun::wrap(std::shared_ptr<nn::Module> model) {
   if (enabled_) ddp_ = std::make_unique<distributed::DistributedDataParallel>(std::move(model));
 }
 
-void check_writable(const std::string& file, const char* flag) {
-  if (file.empty()) return;
-  fs::path dir = fs::path(file).parent_path();
-  if (dir.empty()) dir = ".";
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || ::access(dir.c_str(), W_OK) != 0) {
-    throw UsageError(std::string(flag) + " " + file + ": cannot write to the directory '" +
-                     dir.string() + "'; choose a writable path");
-  }
-}
-
 void put(Metadata& m, const std::string& key, const std::string& value) {
   m[key] = value;
 }
@@ -448,39 +380,9 @@ nn::TrainingRunOptions run_options(const RunFlags& f, const char* program, Devic
 }
 
 int report_error(const char* program, std::exception_ptr error) {
-  constexpr const char* kSmaller =
-      "; lower --batch, the sequence length, the model's size (--d-model, --d-ff, --layers) or "
-      "the amount of data";
-  std::string message;
-  try {
-    std::rethrow_exception(error);
-  } catch (const tinyformer::OutOfMemory& e) {
-    message = e.what() + std::string(kSmaller);
-  } catch (const std::bad_alloc&) {
-    message = std::string("out of host memory") + kSmaller;
-  } catch (const std::length_error& e) {  // a std::vector or string asked for too many elements
-    message = std::string("a size too large for memory (") + e.what() + ")" + kSmaller;
-  } catch (const fs::filesystem_error& e) {
-    message = std::string(e.what()) +
-              "; check that the path exists and that its permissions "
-              "let this program read it (and write where it writes)";
-  } catch (const UsageError& e) {  // bad input (flags, files, checkpoints): says what to do
-    message = e.what();
-  } catch (const tinyformer::Error& e) {
-    message = e.what();
-  } catch (const std::exception& e) {
-    message = std::string("unexpected error, a bug to report with the command line: ") + e.what();
-  } catch (...) {
-    message = "unexpected error of an unknown type, a bug to report with the command line";
-  }
-  std::replace(message.begin(), message.end(), '\n', ' ');  // one line, for logs and scripts
-  // In a data-parallel job the other processes may wait for this one in a collective: end them
-  // all, with this message ("rank R: <program>: <message>").
-  if (distributed::is_initialized() && distributed::world_size() > 1) {
-    distributed::abort(std::string(program) + ": " + message, 1);
-  }
-  std::fprintf(stderr, "%s: %s\n", program, message.c_str());
-  return 1;
+  return nn::report_error(program, error,
+                          "; lower --batch, the sequence length, the model's size (--d-model, "
+                          "--d-ff, --layers) or the amount of data");
 }
 
 }  // namespace train

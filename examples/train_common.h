@@ -1,6 +1,8 @@
-// What the training programs (train_mlm, train_listops) share: the model and training flags,
-// the encoder configuration and the nn::TrainingRun options built from them. The training loops
-// themselves stay in each program's main, in plain sight.
+// What the training programs (train_mlm, train_listops, and evaluate_checkpoint) share: the model
+// and training flags, the encoder configuration and the nn::TrainingRun options built from them,
+// as CLI11 options. What a program of any argument parser needs (flag checks, the device, error
+// reports) is in the library (nn/train/program.h). The training loops themselves stay in each
+// program's main, in plain sight.
 #pragma once
 
 #include <tinyformer/tinyformer.h>
@@ -18,10 +20,8 @@ namespace train {
 using namespace tinyformer;
 
 // Bad input from the command line or the files it names: the program prints the message on one
-// line and exits with status 1. Messages say what was wrong and what to do.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+// line and exits with status 1 (nn::report_error).
+using UsageError = nn::UsageError;
 
 // The flags that define the encoder: a checkpoint is only loadable into the same ones.
 struct ModelFlags {
@@ -63,9 +63,9 @@ struct RunFlags {
   bool distributed = false;  // one process of an MPI job (mpirun -np N ... --distributed)
 };
 
-// Checks of numeric flags for CLI::Option::check, with messages such as "--lr: expected a
-// value above 0, got -1" (CLI11's own print the bounds of a double with every digit of
-// DBL_MAX). Each also rejects NaN and the infinities, which no flag means.
+// The library's checks of numeric flags (nn::flags) for CLI::Option::check, with messages such
+// as "--lr: expected a value above 0, got -1" (CLI11's own print the bounds of a double with
+// every digit of DBL_MAX). Each also rejects NaN and the infinities, which no flag means.
 CLI::Validator positive();                         // > 0
 CLI::Validator non_negative();                     // >= 0
 CLI::Validator in_range(double low, double high);  // [low, high]
@@ -77,8 +77,7 @@ void add_run_flags(CLI::App& app, RunFlags& flags);
 // values that do not fit together (heads not dividing d_model, k above the sequence length,
 // an unknown projection kind, a malformed --k-schedule, --seq-len above --max-seq-len...).
 nn::EncoderConfig encoder_config(const ModelFlags& flags, std::int64_t seq_len);
-// "2 layers, d_model 128, 4 heads, d_ff 512, Linformer k=32 (linear, headwise sharing)".
-std::string describe(const nn::EncoderConfig& config);
+using nn::describe;
 // Checks --steps, --batch, --lr...; throws UsageError.
 void check_run_flags(const RunFlags& flags);
 
@@ -125,9 +124,7 @@ class DistributedRun {
   std::unique_ptr<distributed::DistributedDataParallel> ddp_;
 };
 
-// Creates the directory of `file` when needed; a UsageError naming `flag` when it cannot be
-// written. Called before training, so a bad path fails at once rather than at the first save.
-void check_writable(const std::string& file, const char* flag);
+using nn::check_writable;
 
 // Checkpoint metadata: what the run was configured with, as "config.<flag>" entries.
 using Metadata = nn::Metadata;
@@ -140,12 +137,8 @@ Metadata model_metadata(const ModelFlags& flags);
 nn::TrainingRunOptions run_options(const RunFlags& flags, const char* program, Device device,
                                    std::vector<std::string> eval_columns);
 
-// Prints "<program>: <message>" on one line of stderr for the exception that ends the program
-// (any exception: main catches with `catch (...)` and passes std::current_exception()), and
-// returns its exit status, 1. Bad input says what was wrong; running out of memory (sizes too
-// large for it included) and file system failures say what to do about them; anything else is
-// reported as a bug. In a data-parallel job it ends every process instead (distributed::abort),
-// so that none is left waiting for this one.
+// nn::report_error, with the flags to lower when memory runs out; in a data-parallel job
+// it ends every process.
 int report_error(const char* program, std::exception_ptr error);
 
 }  // namespace train

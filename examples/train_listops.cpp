@@ -305,10 +305,15 @@ int main(int argc, char** argv) {
     }
 
     // --- Model, optimizer, schedule, data order; the run resumes from --checkpoint. ---
+    // The description travels in every checkpoint: nn::load_model rebuilds the model from it.
+    const nn::ModelDescription description{
+        .kind = nn::ModelKind::sequence_classifier,
+        .encoder = config,
+        .vocabulary = {.size = ListOpsVocab::vocab_size, .tokenizer = ListOpsVocab::name},
+        .classes = ListOpsVocab::num_classes,
+        .pooling = o.pooling == "cls" ? nn::Pooling::cls : nn::Pooling::mean};
     manual_seed(o.run.seed);
-    auto model = std::make_shared<nn::SequenceClassifier>(
-        config, ListOpsVocab::vocab_size, ListOpsVocab::num_classes,
-        o.pooling == "cls" ? nn::Pooling::cls : nn::Pooling::mean);
+    auto model = nn::make_model<nn::SequenceClassifier>(description);
     model->to(device);
     dist.wrap(model);  // --distributed: rank 0's weights everywhere, gradients averaged
     nn::optim::AdamW optimizer(nn::optim::decay_groups(*model, o.run.weight_decay),
@@ -322,8 +327,11 @@ int main(int argc, char** argv) {
          .seed = o.run.seed,
          .rank = dist.rank(),
          .world_size = dist.world_size()});
-    nn::TrainingRun run(train::run_options(o.run, kProgram, device, {"val_loss", "val_acc"}),
-                        *model, optimizer, &loader, run_metadata(o, config, data), kMustMatch);
+    nn::TrainingRunOptions run_options =
+        train::run_options(o.run, kProgram, device, {"val_loss", "val_acc"});
+    run_options.model = description;
+    nn::TrainingRun run(run_options, *model, optimizer, &loader, run_metadata(o, config, data),
+                        kMustMatch);
     print_setup(o, config, data, *model, device, run);
 
     // --- The training loop: batch -> forward -> loss -> backward -> clip -> step. ---

@@ -39,74 +39,6 @@ constexpr const char* kProgram = "train_mlm";
 constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
 constexpr std::int64_t kIgnore = -100;  // label of the positions that are not predicted
 
-// The text split into a training and a validation part.
-struct Corpus {
-  nn::data::TextSplit split;
-  std::int64_t files = 0;
-  std::size_t bytes = 0;
-};
-
-// Whether a file holds text: no NUL byte in its first 4 KiB.
-bool is_text_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  char head[4096];
-  in.read(head, sizeof head);
-  return std::find(head, head + in.gcount(), '\0') == head + in.gcount();
-}
-
-// Adds `text` to `part`, starting on a new line.
-void append(std::string& part, const std::string& text) {
-  if (!part.empty() && part.back() != '\n') part += '\n';
-  part += text;
-}
-
-// A text file, or the plain-text files below a directory, with the last `val_fraction` of each
-// file held out for validation: the validation text then mixes the files as the training text
-// does (the tail of the whole fortunes corpus would be one file of capitalised Zippy quotes).
-// fortune's directory also shows why a directory is filtered: next to each text file lie a
-// binary index (.dat) and a link to the same text (.u8), which would add noise and read every
-// text twice. So links, binary, hidden and empty files are left out, the rest read in sorted
-// path order.
-Corpus load_corpus(const std::string& path, double val_fraction) {
-  if (path == kDefaultCorpus && !fs::exists(path)) {
-    throw UsageError(std::string("the default corpus ") + kDefaultCorpus +
-                     " is missing: install it with 'apt-get install fortunes', or pass --data "
-                     "FILE with any text file or directory");
-  }
-  std::vector<fs::path> files;
-  if (fs::is_directory(path)) {
-    for (auto it = fs::recursive_directory_iterator(path); it != fs::recursive_directory_iterator();
-         ++it) {
-      const std::string name = it->path().filename().string();
-      if (name.starts_with('.')) {
-        if (it->is_directory()) it.disable_recursion_pending();
-        continue;
-      }
-      if (it->is_symlink() || !it->is_regular_file() || it->file_size() == 0) continue;
-      if (is_text_file(it->path())) files.push_back(it->path());
-    }
-    std::sort(files.begin(), files.end());
-    if (files.empty()) {
-      throw UsageError("--data " + path +
-                       ": the directory holds no non-empty text files; pass a text file or a "
-                       "directory with some");
-    }
-  } else {
-    files.push_back(path);  // load_text reports a missing or empty file
-  }
-  Corpus corpus;
-  for (const fs::path& file : files) {
-    const std::string text = nn::data::load_text(file);
-    corpus.bytes += text.size();
-    ++corpus.files;
-    if (text.size() < 2) continue;
-    const nn::data::TextSplit part = nn::data::split_text(text, val_fraction);
-    append(corpus.split.train, part.train);
-    append(corpus.split.validation, part.validation);
-  }
-  return corpus;
-}
-
 // The cross-entropy (nats per byte) of `text` under the byte distribution of `reference`: with
 // text == reference, its entropy. It is the loss of the best model that ignores context, since
 // a masked position holds each byte with its frequency in the text. Bytes never seen in the
@@ -120,66 +52,11 @@ double unigram_cross_entropy(const std::string& reference, const std::string& te
   return loss / static_cast<double>(text.size());
 }
 
-// 32-bit FNV-1a: a fingerprint of the training text, so a checkpoint is not resumed on
-// another corpus.
-std::string fingerprint(const std::string& text) {
-  std::uint32_t hash = 2166136261u;
-  for (unsigned char c : text) hash = (hash ^ c) * 16777619u;
-  char out[16];
-  std::snprintf(out, sizeof out, "%08x", hash);
-  return out;
-}
-
-// A fixed validation set: the same sequences with the same masks at every evaluation.
-struct ValidationSet {
-  std::vector<nn::data::MlmBatch> batches;
-  std::int64_t sequences = 0;
-  std::int64_t targets = 0;  // masked positions, the denominator of the mean loss
-};
-
-ValidationSet make_validation(const nn::data::TokenChunks& chunks, std::int64_t max_sequences,
-                              std::int64_t batch, const nn::data::MlmConfig& mlm,
-                              std::uint64_t seed) {
-  ValidationSet set;
-  set.sequences = std::min(chunks.size(), max_sequences);
-  // Evenly spread over the validation text rather than only its beginning.
-  std::vector<std::int64_t> indices;
-  for (std::int64_t i = 0; i < set.sequences; ++i)
-    indices.push_back(i * chunks.size() / set.sequences);
-  for (std::int64_t first = 0; first < set.sequences; first += batch) {
-    const std::vector<std::int64_t> part(indices.begin() + first,
-                                         indices.begin() + std::min(first + batch, set.sequences));
-    nn::data::MlmBatch b = nn::data::mlm_batch(chunks, part, mlm, nn::data::mix_seed(seed, 7), 0);
-    for (std::int64_t label : b.labels.to_vector<std::int64_t>()) set.targets += label != kIgnore;
-    set.batches.push_back(std::move(b));
-  }
-  return set;
-}
-
-// The mean loss over the masked positions of the validation set (its exp is the perplexity).
 // The masked positions of a batch's labels (the others are kIgnore).
 std::int64_t masked_count(const Tensor& labels) {
   const std::vector<std::int64_t> v = labels.to_vector<std::int64_t>();
   return static_cast<std::int64_t>(
       v.size() - static_cast<std::size_t>(std::count(v.begin(), v.end(), kIgnore)));
-}
-
-double evaluate(nn::MaskedLM& model, const ValidationSet& set, Device device,
-                const train::DistributedRun& dist) {
-  NoGradGuard no_grad;
-  model.eval();  // no dropout
-  double total = 0;
-  // With --distributed each process takes every world_size-th batch, and the sums are added.
-  for (std::size_t i = 0; i < set.batches.size(); ++i) {
-    if (!dist.is_mine(static_cast<std::int64_t>(i))) continue;
-    const nn::data::MlmBatch& b = set.batches[i];
-    const Tensor logits = model.forward(b.tokens.to(device));  // [B, n, V]
-    const Tensor loss = cross_entropy(logits.reshape({-1, ByteTokenizer::vocab_size}),
-                                      b.labels.to(device).reshape({-1}), kIgnore, Reduction::sum);
-    total += loss.item<double>();
-  }
-  model.train();
-  return dist.sum(total) / static_cast<double>(set.targets);
 }
 
 // The command line: the shared model and run flags plus the masked-LM ones.
@@ -250,16 +127,21 @@ std::optional<Options> parse_options(int argc, char** argv) {
 
 // What the run trains and validates on.
 struct Data {
-  Corpus corpus;
+  nn::data::SplitCorpus corpus;
   nn::data::TokenChunks train;
-  ValidationSet validation;
+  nn::MlmValidationSet validation;
   double baseline = 0;      // the unigram model's loss on the training text
   double val_baseline = 0;  // and on the validation text
 };
 
 // Reads the corpus and cuts it into sequences; a UsageError when it is too short.
 Data load_data(const Options& o) {
-  Corpus corpus = load_corpus(o.data, o.val_fraction);
+  if (o.data == kDefaultCorpus && !fs::exists(o.data)) {
+    throw UsageError(std::string("the default corpus ") + kDefaultCorpus +
+                     " is missing: install it with 'apt-get install fortunes', or pass --data "
+                     "FILE with any text file or directory");
+  }
+  nn::data::SplitCorpus corpus = nn::data::load_split_corpus(o.data, o.val_fraction);
   if (corpus.bytes < 4 * static_cast<std::size_t>(o.seq_len)) {
     throw UsageError("--data " + o.data + " holds " + std::to_string(corpus.bytes) +
                      " bytes, too little for sequences of " + std::to_string(o.seq_len) +
@@ -275,8 +157,8 @@ Data load_data(const Options& o) {
                      " bytes are too few for --batch " + std::to_string(o.run.batch) +
                      "; pass a longer text, or lower --seq-len or --batch");
   }
-  ValidationSet validation =
-      make_validation(val_chunks, o.eval_sequences, o.run.batch, o.mlm, o.run.seed);
+  nn::MlmValidationSet validation =
+      nn::mlm_validation_set(val_chunks, o.eval_sequences, o.run.batch, o.mlm, o.run.seed);
   const double baseline = unigram_cross_entropy(split.train, split.train);
   const double val_baseline = unigram_cross_entropy(split.train, split.validation);
   return {std::move(corpus), std::move(train_chunks), std::move(validation), baseline,
@@ -300,7 +182,10 @@ nn::Metadata run_metadata(const Options& o, const nn::EncoderConfig& config, con
   train::put(meta, "config.weight-decay", o.run.weight_decay);
   train::put(meta, "config.clip", o.run.clip);
   train::put(meta, "data.bytes", static_cast<std::int64_t>(data.corpus.split.train.size()));
-  train::put(meta, "data.fingerprint", fingerprint(data.corpus.split.train));
+  train::put(meta, "data.fingerprint", nn::data::text_fingerprint(data.corpus.split.train));
+  // Not needed to resume; a program that evaluates the checkpoint reads them.
+  train::put(meta, "config.data", o.data);
+  train::put(meta, "config.eval-sequences", o.eval_sequences);
   return meta;
 }
 const std::vector<std::string> kMustMatch = {"config.attention",       "config.k",
@@ -317,7 +202,7 @@ const std::vector<std::string> kMustMatch = {"config.attention",       "config.k
 void print_setup(const Options& o, const nn::EncoderConfig& config, const Data& data,
                  const nn::MaskedLM& model, Device device, const nn::data::Loader& loader,
                  const nn::TrainingRun& run) {
-  const Corpus& corpus = data.corpus;
+  const nn::data::SplitCorpus& corpus = data.corpus;
   std::printf("corpus: %s (%lld file%s, %zu bytes): %zu for training, %zu for validation\n",
               o.data.c_str(), static_cast<long long>(corpus.files), corpus.files == 1 ? "" : "s",
               corpus.bytes, corpus.split.train.size(), corpus.split.validation.size());
@@ -364,11 +249,16 @@ int main(int argc, char** argv) {
     const Data data = load_data(o);
 
     // --- Model, optimizer, schedule, data order; the run resumes from --checkpoint. ---
+    // The description travels in every checkpoint: nn::load_model rebuilds the model from it.
+    const nn::ModelDescription description{
+        .kind = nn::ModelKind::masked_lm,
+        .encoder = config,
+        .vocabulary = {.size = ByteTokenizer::vocab_size, .tokenizer = ByteTokenizer::name},
+        .positions = o.positions == "learned" ? nn::PositionEncoding::learned
+                                              : nn::PositionEncoding::sinusoidal,
+        .tie_weights = true};
     manual_seed(o.run.seed);
-    auto model =
-        std::make_shared<nn::MaskedLM>(config, ByteTokenizer::vocab_size, /*tie_weights=*/true,
-                                       o.positions == "learned" ? nn::PositionEncoding::learned
-                                                                : nn::PositionEncoding::sinusoidal);
+    auto model = nn::make_model<nn::MaskedLM>(description);
     model->to(device);
     dist.wrap(model);  // --distributed: rank 0's weights everywhere, gradients averaged
     nn::optim::AdamW optimizer(nn::optim::decay_groups(*model, o.run.weight_decay),
@@ -382,8 +272,11 @@ int main(int argc, char** argv) {
          .seed = o.run.seed,
          .rank = dist.rank(),
          .world_size = dist.world_size()});
-    nn::TrainingRun run(train::run_options(o.run, kProgram, device, {"val_loss", "val_ppl"}),
-                        *model, optimizer, &loader, run_metadata(o, config, data), kMustMatch);
+    nn::TrainingRunOptions run_options =
+        train::run_options(o.run, kProgram, device, {"val_loss", "val_ppl"});
+    run_options.model = description;
+    nn::TrainingRun run(run_options, *model, optimizer, &loader, run_metadata(o, config, data),
+                        kMustMatch);
     print_setup(o, config, data, *model, device, loader, run);
 
     // --- The training loop: batch -> forward -> loss -> backward -> clip -> step. ---
@@ -418,7 +311,8 @@ int main(int argc, char** argv) {
 
       if (run.evaluation_due()) {
         run.pause();
-        const double val_loss = evaluate(*model, data.validation, device, dist);
+        const double val_loss =
+            nn::mlm_validation_loss(*model, data.validation, device, dist.enabled());
         char line[160];
         std::snprintf(line, sizeof line,
                       "step %lld: validation loss %.4f, perplexity %.3f (training loss %.4f)",
@@ -439,7 +333,8 @@ int main(int argc, char** argv) {
     }
 
     // --- The final evaluation and the summary. ---
-    const double val_loss = evaluate(*model, data.validation, device, dist);
+    const double val_loss =
+        nn::mlm_validation_loss(*model, data.validation, device, dist.enabled());
     run.log_final({val_loss, std::exp(val_loss)});
     if (run.steps_this_run() > 0) {
       std::printf(

@@ -2,6 +2,7 @@
 #include "nn/models.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "autograd/ops.h"
 #include "nn/init.h"
@@ -86,6 +87,94 @@ Tensor SequenceClassifier::forward(const Tensor& tokens, const Tensor& key_paddi
                  maximum(sum(real, {1}), ones({1}, {.dtype = h.dtype(), .device = h.device()})));
   }
   return classifier->forward(pooled);
+}
+
+const char* model_kind_name(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::masked_lm:
+      return "MaskedLM";
+    case ModelKind::sequence_classifier:
+      return "SequenceClassifier";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::string attention_text(AttentionKind attention, const LinformerConfig& lin) {
+  if (attention == AttentionKind::full) return "full attention";
+  std::string ks;
+  if (lin.k_per_layer.empty()) {
+    ks = std::to_string(lin.k);
+  } else {
+    for (std::int64_t k : lin.k_per_layer) {
+      if (!ks.empty()) ks += ',';
+      ks += std::to_string(k);
+    }
+  }
+  const std::string kind =
+      lin.projection_name.empty() ? projection_name(lin.projection) : lin.projection_name;
+  std::string text = "Linformer k=" + ks + " (" + kind + " projection";
+  // Sharing and the recipe apply to the learned matrices E and F of the linear kind only.
+  if (kind == "linear") {
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%g", lin.projection_lr_scale);
+    text += std::string(", ") + sharing_name(lin.sharing) + " sharing, " +
+            projection_init_name(lin.projection_init) + " start, lr x" + scale;
+  }
+  return text + ")";
+}
+
+}  // namespace
+
+std::string describe(const EncoderConfig& c) {
+  std::string text = std::to_string(c.layers) + (c.layers == 1 ? " layer" : " layers") +
+                     ", d_model " + std::to_string(c.d_model) + ", " + std::to_string(c.heads) +
+                     " heads, d_ff " + std::to_string(c.d_ff) + ", ";
+  if (c.per_layer.empty()) return text + attention_text(c.attention, c.linformer);
+  text += "per layer:";
+  for (std::size_t l = 0; l < c.per_layer.size(); ++l) {
+    text +=
+        (l == 0 ? " " : "; ") + attention_text(c.per_layer[l].attention, c.per_layer[l].linformer);
+  }
+  return text;
+}
+
+std::string describe(const ModelDescription& d) {
+  std::string text = model_kind_name(d.kind);
+  if (d.kind == ModelKind::sequence_classifier) {
+    text += " (";
+    text += std::to_string(d.classes);
+    text += d.pooling == Pooling::cls ? " classes, cls pooling)" : " classes, mean pooling)";
+  }
+  if (d.vocabulary.tokenizer.empty()) {
+    text += " over an unnamed vocabulary (";
+  } else {
+    text += " over the \"";
+    text += d.vocabulary.tokenizer;
+    text += "\" vocabulary (";
+  }
+  text += std::to_string(d.vocabulary.size);
+  text += d.positions == PositionEncoding::learned ? " tokens), learned positions"
+                                                   : " tokens), sinusoidal positions";
+  if (d.kind == ModelKind::masked_lm) text += d.tie_weights ? ", tied output" : ", untied output";
+  text += "; ";
+  text += describe(d.encoder);
+  return text;
+}
+
+std::shared_ptr<Module> make_model(const ModelDescription& d) {
+  validate(d.encoder);
+  TF_CHECK(d.vocabulary.size > 0, "make_model: expected a positive vocabulary size, got ",
+           d.vocabulary.size);
+  switch (d.kind) {
+    case ModelKind::masked_lm:
+      return std::make_shared<MaskedLM>(d.encoder, d.vocabulary.size, d.tie_weights, d.positions);
+    case ModelKind::sequence_classifier:
+      return std::make_shared<SequenceClassifier>(d.encoder, d.vocabulary.size, d.classes,
+                                                  d.pooling, d.positions);
+  }
+  fail("make_model: unknown model kind ", static_cast<int>(d.kind));
 }
 
 }  // namespace tinyformer::nn

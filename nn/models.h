@@ -2,7 +2,9 @@
 // classification.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "nn/embedding.h"
 #include "nn/encoder.h"
@@ -66,5 +68,49 @@ class SequenceClassifier : public Module {
  private:
   Pooling pooling_;
 };
+
+// Everything that builds one of the models above: what a checkpoint records about its model
+// (nn/io/model_file.h), so that another program rebuilds it with one call.
+enum class ModelKind { masked_lm, sequence_classifier };
+const char* model_kind_name(ModelKind kind);  // "MaskedLM", "SequenceClassifier"
+
+// The vocabulary the model's token ids index: its size and the tokenizer that produced the ids,
+// by name ("byte" for data::ByteTokenizer, "listops" for data::ListOpsVocab; a program's own
+// tokenizer names itself; empty when unknown).
+struct Vocabulary {
+  std::int64_t size = 0;
+  std::string tokenizer = "";
+};
+
+struct ModelDescription {
+  ModelKind kind = ModelKind::masked_lm;
+  EncoderConfig encoder = {};
+  Vocabulary vocabulary = {};
+  PositionEncoding positions = PositionEncoding::learned;
+  bool tie_weights = true;          // MaskedLM only
+  std::int64_t classes = 0;         // SequenceClassifier only
+  Pooling pooling = Pooling::mean;  // SequenceClassifier only
+};
+
+// One line for people: "MaskedLM over the \"byte\" vocabulary (260 tokens), learned positions,
+// tied output; 2 layers, d_model 64, 4 heads, d_ff 256, Linformer k=32 (mean projection)".
+std::string describe(const ModelDescription& description);
+// The encoder part of that line: "2 layers, d_model 64, 4 heads, d_ff 256, full attention";
+// Linformer with its k (one per layer when they differ), projection kind and, for the learned
+// linear kind, its sharing and recipe; layers that differ are listed one by one.
+std::string describe(const EncoderConfig& config);
+
+// The model `description` describes, freshly initialised (from the default generator, as the
+// constructors above do). Throws an Error for an invalid description.
+std::shared_ptr<Module> make_model(const ModelDescription& description);
+// The same as its concrete type, e.g. make_model<MaskedLM>(description); an Error when the
+// description is of another kind.
+template <typename Model>
+std::shared_ptr<Model> make_model(const ModelDescription& description) {
+  auto model = std::dynamic_pointer_cast<Model>(make_model(description));
+  TF_CHECK(model != nullptr, "make_model: the description is of a ",
+           model_kind_name(description.kind), ", not of the type asked for");
+  return model;
+}
 
 }  // namespace tinyformer::nn

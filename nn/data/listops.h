@@ -20,6 +20,8 @@ namespace tinyformer::nn::data {
 // Unlike LRA's input pipeline, whose tokenizer keeps only alphanumeric runs and so never shows
 // its models the brackets, "]" is a token here: without it a prefix expression is ambiguous.
 struct ListOpsVocab {
+  // The vocabulary's identity in a model's description (nn::Vocabulary::tokenizer).
+  static constexpr const char* name = "listops";
   static constexpr std::int64_t pad_id = 0;
   static constexpr std::int64_t cls_id = 1;
   static constexpr std::int64_t digit0_id = 2;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <system_error>
@@ -82,6 +84,63 @@ TextSplit split_text(const std::string& text, double validation_fraction) {
   validation = std::clamp<std::size_t>(validation, 1, text.size() - 1);
   const std::size_t train = text.size() - validation;
   return {text.substr(0, train), text.substr(train)};
+}
+
+namespace {
+
+// Whether a file holds text: no NUL byte in its first 4 KiB.
+bool is_text_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[4096];
+  in.read(head, sizeof head);
+  return std::find(head, head + in.gcount(), '\0') == head + in.gcount();
+}
+
+// Adds `text` to `part`, starting on a new line.
+void append(std::string& part, const std::string& text) {
+  if (!part.empty() && part.back() != '\n') part += '\n';
+  part += text;
+}
+
+}  // namespace
+
+SplitCorpus load_split_corpus(const fs::path& path, double validation_fraction) {
+  std::vector<fs::path> files;
+  if (fs::is_directory(path)) {
+    for (auto it = fs::recursive_directory_iterator(path); it != fs::recursive_directory_iterator();
+         ++it) {
+      if (hidden(it->path())) {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_symlink() || !it->is_regular_file() || it->file_size() == 0) continue;
+      if (is_text_file(it->path())) files.push_back(it->path());
+    }
+    std::sort(files.begin(), files.end());
+    TF_CHECK(!files.empty(), "load_split_corpus: the directory '", path.string(),
+             "' holds no non-empty text files; pass a text file or a directory with some");
+  } else {
+    files.push_back(path);  // load_text reports a missing or empty file
+  }
+  SplitCorpus corpus;
+  for (const fs::path& file : files) {
+    const std::string text = load_text(file);
+    corpus.bytes += text.size();
+    ++corpus.files;
+    if (text.size() < 2) continue;
+    const TextSplit part = split_text(text, validation_fraction);
+    append(corpus.split.train, part.train);
+    append(corpus.split.validation, part.validation);
+  }
+  return corpus;
+}
+
+std::string text_fingerprint(const std::string& text) {
+  std::uint32_t hash = 2166136261u;
+  for (unsigned char c : text) hash = (hash ^ c) * 16777619u;
+  char out[16];
+  std::snprintf(out, sizeof out, "%08x", hash);
+  return out;
 }
 
 }  // namespace tinyformer::nn::data

@@ -18,6 +18,8 @@ namespace tinyformer::nn::data {
 // Decoding renders the special tokens as their bracketed names ("[MASK]").
 class ByteTokenizer {
  public:
+  // The tokenizer's identity in a model's description (nn::Vocabulary::tokenizer).
+  static constexpr const char* name = "byte";
   static constexpr std::int64_t pad_id = 0;
   static constexpr std::int64_t mask_id = 1;
   static constexpr std::int64_t cls_id = 2;

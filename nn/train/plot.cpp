@@ -78,7 +78,8 @@ void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
        << "set multiplot layout 1,2\n"
        << "set title 'training loss'\nset ylabel 'loss (nats)'\n";
     // Run names and titles are plain text: noenhanced keeps "train_mlm" from showing "mlm" as
-    // a subscript. gnuplot cycles through 8 colours; later runs get dashed lines so no two curves look alike.
+    // a subscript. gnuplot cycles through 8 colours; later runs get dashed lines so no two curves
+    // look alike.
     auto plot = [&](const std::string& column, const char* style) {
       gp << "plot ";
       for (std::size_t i = 0; i < csvs.size(); ++i) {

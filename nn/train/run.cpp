@@ -17,6 +17,7 @@
 #include "nn/data/loader.h"
 #include "nn/distributed/distributed.h"
 #include "nn/io/checkpoint.h"
+#include "nn/io/model_file.h"
 #include "nn/optim.h"
 
 namespace tinyformer::nn {
@@ -137,6 +138,12 @@ TrainingRun::TrainingRun(TrainingRunOptions options, Module& model, optim::Optim
                     "--checkpoint " + options_.checkpoint);
   }
   config_["program"] = options_.program;
+  if (options_.model) {
+    TF_CHECK(model_.type_name() == model_kind_name(options_.model->kind),
+             "TrainingRun: the model is a ", model_.type_name(),
+             " but TrainingRunOptions::model describes a ", model_kind_name(options_.model->kind));
+    config_[kModelMetadataKey] = model_description_json(*options_.model);
+  }
   if (options_.resume) resume_from_checkpoint(config_, must_match);
 
   if (!options_.log.empty() && primary_) {
@@ -214,6 +221,16 @@ void TrainingRun::resume_from_checkpoint(const Metadata& current,
     TF_CHECK(then->second == now->second, "checkpoint '", path,
              "' is from another configuration: ", flag_of(key), " ", then->second, " there, ",
              now->second, " now; pass the same flags to resume, or another --checkpoint");
+  }
+  if (options_.model && saved.count(kModelMetadataKey) != 0) {
+    const ModelDescription then = read_model_description(saved, "checkpoint '" + path + "'");
+    const std::vector<std::string> differences = model_differences(then, *options_.model);
+    if (!differences.empty()) {
+      std::string listed;
+      for (const std::string& d : differences) listed += (listed.empty() ? "" : "; ") + d;
+      fail("checkpoint '", path, "' holds a model of another configuration (", listed,
+           "); pass the same model flags to resume, or another --checkpoint");
+    }
   }
   const std::string& step_text = get(saved, "step", path);
   std::int64_t step = 0;

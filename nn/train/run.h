@@ -29,12 +29,13 @@
 //   run.finish();  // the last checkpoint
 //   if (run.interrupted()) return run.exit_status();  // Ctrl-C: saved, exit with 130
 //
-// A checkpoint holds the model, the optimizer and, as metadata, the run's configuration, the
-// step, the loader's position and the dropout generator's position: a resumed run continues
-// exactly where the saved one stopped, drawing the same batches, masks and dropout. All of it is
-// checked on resume: the step is a plain decimal integer in [0, steps], every optimizer step
-// count agrees with it (one optimizer step per run step), the generator state is two decimal
-// integers, the tensors match their checksums.
+// A checkpoint holds the model, the optimizer and, as metadata, the model's description (when
+// TrainingRunOptions::model is given: nn::load_model then opens the checkpoint alone), the run's
+// configuration, the step, the loader's position and the dropout generator's position: a resumed
+// run continues exactly where the saved one stopped, drawing the same batches, masks and dropout.
+// All of it is checked on resume: the step is a plain decimal integer in [0, steps], every
+// optimizer step count agrees with it (one optimizer step per run step), the generator state is two
+// decimal integers, the tensors match their checksums.
 //
 // Interruptions: while a run exists, SIGINT and SIGTERM only set a flag. The step in progress
 // finishes, running() turns false, finish() saves the checkpoint (atomically, as always) and
@@ -59,6 +60,7 @@
 
 #include "core/dtype.h"
 #include "nn/io/safetensors.h"
+#include "nn/models.h"
 #include "nn/module.h"
 #include "nn/train/progress.h"
 
@@ -90,6 +92,10 @@ struct TrainingRunOptions {
   Device device = Device::cpu();  // synchronized before a step's time is read
   ProgressOptions progress{};
   bool handle_interrupts = true;  // SIGINT and SIGTERM end the run with a checkpoint (above)
+  // What the model is: saved in every checkpoint (nn/io/model_file.h), so that nn::load_model
+  // rebuilds it in another program; on resume, a checkpoint of another model is refused with
+  // the fields that differ. The model must be of the described kind.
+  std::optional<ModelDescription> model{};
 };
 
 // What one optimizer step measured.

@@ -81,6 +81,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const Error&) {
     return 0;
   }
+  // A model description in the metadata is parsed strictly; never built, as its sizes are the
+  // input's to choose.
+  if (file.metadata.count(nn::kModelMetadataKey) != 0) {
+    try {
+      (void)nn::read_model_description(file.metadata, path);
+    } catch (const Error&) {
+    }
+  }
   fuzz::outcome = Outcome::refused_by_checkpoint;
   try {
     fuzz::Target target;

@@ -1,7 +1,8 @@
 // The fuzz target of the checkpoint reader: one input is the bytes of a file, loaded as
-// safetensors, as a checkpoint into a small model and optimizer, and as the checkpoint a
-// training run resumes from. Built into the libFuzzer program (TINYFORMER_FUZZ) and into
-// fuzz_replay, which runs the committed corpus in every build.
+// safetensors (with the model description in its metadata, if any, parsed), as a checkpoint
+// into a small model and optimizer, and as the checkpoint a training run resumes from. Built into
+// the libFuzzer program (TINYFORMER_FUZZ) and into fuzz_replay, which runs the committed corpus in
+// every build.
 #pragma once
 
 #include <cstddef>

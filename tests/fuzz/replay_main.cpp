@@ -80,6 +80,22 @@ void make_corpus(const fs::path& dir) {
     fuzz::Target t;
     nn::save_checkpoint((dir / "model-only.safetensors").string(), *t.model);
   }
+  // A model description for the strict reader (parsed, never built).
+  {
+    fuzz::Target t;
+    const nn::ModelDescription description{
+        .encoder = {.layers = 2,
+                    .d_model = 8,
+                    .heads = 2,
+                    .d_ff = 16,
+                    .max_seq_len = 8,
+                    .attention = nn::AttentionKind::linformer,
+                    .linformer = {.k = 4, .k_per_layer = {4, 2}, .sharing = nn::Sharing::none},
+                    .per_layer = {}},
+        .vocabulary = {.size = 260, .tokenizer = "byte"}};
+    nn::save_checkpoint((dir / "model-description.safetensors").string(), *t.model, nullptr,
+                        {{nn::kModelMetadataKey, nn::model_description_json(description)}});
+  }
   nn::save_safetensors((dir / "dtypes.safetensors").string(),
                        {{"f32", from<float>({1.5f, -2.0f}, {2})},
                         {"f64", from<double>({0.25}, {1, 1})},

@@ -1,5 +1,7 @@
-# The install test: installs the build tree to a fresh prefix, then configures, builds and runs
-# examples/cmake_project against it, the way an outside project would use the package.
+# The install test: installs the build tree to a fresh prefix, checks that exactly the public
+# headers are there and that each compiles on its own, then configures, builds and runs
+# examples/cmake_project against it (a gradient check and a small training program on the
+# library's training helpers), the way an outside project would use the package.
 #
 #   cmake -DBUILD_DIR=... -DPROJECT_DIR=... -DWORK_DIR=... [-DCXX=...] [-DBUILD_TYPE=...]
 #         [-DGENERATOR=...] -P check_install.cmake
@@ -41,6 +43,35 @@ if(NOT config_files OR NOT libraries)
   message(FATAL_ERROR "check_install: no tinyformerConfig.cmake or libtinyformer under ${prefix}")
 endif()
 
+# Only public headers: no backend, and none of the kernel math core/ shares with the backends.
+foreach(private core/math.h core/gemm.h core/strided_layout.h core/unary_math.h)
+  if(EXISTS ${prefix}/include/tinyformer/${private})
+    message(FATAL_ERROR "check_install: the private header ${private} was installed")
+  endif()
+endforeach()
+file(GLOB_RECURSE backend_headers ${prefix}/include/tinyformer/backends/*)
+if(backend_headers)
+  message(FATAL_ERROR "check_install: backend headers were installed: ${backend_headers}")
+endif()
+
+# Each installed header compiles on its own, with the warnings a strict user enables.
+if(CXX)
+  file(GLOB_RECURSE headers RELATIVE ${prefix}/include ${prefix}/include/tinyformer/*.h)
+  list(LENGTH headers count)
+  file(MAKE_DIRECTORY ${WORK_DIR}/headers)
+  foreach(header IN LISTS headers)
+    file(WRITE ${WORK_DIR}/headers/check.cpp "#include <${header}>\n")
+    execute_process(COMMAND ${CXX} -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -Wshadow
+        -Werror -I${prefix}/include -I${prefix}/include/tinyformer ${WORK_DIR}/headers/check.cpp
+      RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "check_install: the installed <${header}> does not compile on its "
+        "own:\n${out}")
+    endif()
+  endforeach()
+  message(STATUS "check_install: ${count} installed headers compile on their own: ok")
+endif()
+
 set(generator_args)
 if(GENERATOR)
   set(generator_args -G ${GENERATOR})
@@ -68,6 +99,15 @@ if(NOT program)
 endif()
 run("run gradient_check" ${program})
 message(STATUS "${last_output}")
+
+find_program(trainer train_tiny PATHS ${consumer} ${consumer}/${BUILD_TYPE} NO_DEFAULT_PATH)
+if(NOT trainer)
+  message(FATAL_ERROR "check_install: the build produced no train_tiny")
+endif()
+file(MAKE_DIRECTORY ${WORK_DIR}/train_tiny)
+run("run train_tiny" ${trainer} ${WORK_DIR}/train_tiny --steps 20)
+string(REGEX MATCH "validation loss [^\n]* after training[^\n]*" line "${last_output}")
+message(STATUS "check_install: train_tiny: ${line}")
 
 # The threading policy holds for installed programs too: OpenBLAS must resolve to its OpenMP
 # build (see INSTALL_RPATH_USE_LINK_PATH in cmake/Install.cmake).

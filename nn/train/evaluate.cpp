@@ -1,0 +1,69 @@
+// The masked-LM validation set and its loss.
+#include "nn/train/evaluate.h"
+
+#include <algorithm>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "nn/distributed/distributed.h"
+
+namespace tinyformer::nn {
+
+MlmValidationSet mlm_validation_set(const data::TokenChunks& chunks, std::int64_t max_sequences,
+                                    std::int64_t batch, const data::MlmConfig& mlm,
+                                    std::uint64_t seed) {
+  TF_CHECK(max_sequences > 0 && batch > 0,
+           "mlm_validation_set: expected positive max_sequences and batch, got ", max_sequences,
+           " and ", batch);
+  MlmValidationSet set;
+  set.ignore_index = mlm.ignore_index;
+  set.sequences = std::min(chunks.size(), max_sequences);
+  std::vector<std::int64_t> indices;
+  for (std::int64_t i = 0; i < set.sequences; ++i) {
+    indices.push_back(i * chunks.size() / set.sequences);
+  }
+  for (std::int64_t first = 0; first < set.sequences; first += batch) {
+    const std::vector<std::int64_t> part(indices.begin() + first,
+                                         indices.begin() + std::min(first + batch, set.sequences));
+    data::MlmBatch b = data::mlm_batch(chunks, part, mlm, data::mix_seed(seed, 7), 0);
+    for (std::int64_t label : b.labels.to_vector<std::int64_t>()) {
+      set.targets += label != mlm.ignore_index;
+    }
+    set.batches.push_back(std::move(b));
+  }
+  return set;
+}
+
+double mlm_validation_loss(MaskedLM& model, const MlmValidationSet& set, Device device,
+                           bool split_over_processes) {
+  TF_CHECK(set.targets > 0, "mlm_validation_loss: the validation set has no masked position");
+  NoGradGuard no_grad;
+  const bool training = model.is_training();
+  model.eval();  // no dropout
+  double total = 0;
+  try {
+    const std::size_t parts = split_over_processes ? distributed::world_size() : 1;
+    const std::size_t part = split_over_processes ? distributed::rank() : 0;
+    for (std::size_t i = part; i < set.batches.size(); i += parts) {
+      const data::MlmBatch& b = set.batches[i];
+      const Tensor logits = model.forward(b.tokens.to(device));  // [B, n, V]
+      const Tensor loss =
+          cross_entropy(logits.reshape({-1, logits.size(2)}), b.labels.to(device).reshape({-1}),
+                        set.ignore_index, Reduction::sum);
+      total += loss.item<double>();
+    }
+  } catch (...) {
+    if (training) model.train();
+    throw;
+  }
+  if (training) model.train();
+  if (split_over_processes && distributed::world_size() > 1) {
+    const Tensor sum = scalar_tensor(total, {.dtype = DType::float64});
+    distributed::all_reduce(sum);
+    total = sum.item<double>();
+  }
+  return total / static_cast<double>(set.targets);
+}
+
+}  // namespace tinyformer::nn

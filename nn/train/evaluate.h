@@ -1,0 +1,39 @@
+// Evaluation for masked-LM training: a fixed validation set (the same sequences with the same
+// masks at every evaluation) and its mean loss, as train_mlm reports it and any program that
+// opens its checkpoint (examples/evaluate_checkpoint.cpp) recomputes it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "nn/data/batching.h"
+#include "nn/data/mlm.h"
+#include "nn/models.h"
+
+namespace tinyformer::nn {
+
+struct MlmValidationSet {
+  std::vector<data::MlmBatch> batches;
+  std::int64_t sequences = 0;
+  std::int64_t targets = 0;          // masked positions, the denominator of the mean loss
+  std::int64_t ignore_index = -100;  // the label of the other positions (MlmConfig's)
+};
+
+// Up to `max_sequences` of `chunks`, evenly spread over them (not only the beginning), in
+// batches of `batch`, masked once with `mlm` from `seed` (by mlm_batch with the seed
+// data::mix_seed(seed, 7) and epoch 0). The same arguments give the same set in any program.
+MlmValidationSet mlm_validation_set(const data::TokenChunks& chunks, std::int64_t max_sequences,
+                                    std::int64_t batch, const data::MlmConfig& mlm,
+                                    std::uint64_t seed);
+
+// The mean cross-entropy over the masked positions of `set` (nats per target; its exp is the
+// perplexity), without dropout and without building a graph. The model's training or
+// evaluation mode is left as it was. With `split_over_processes`, in a data-parallel job
+// (nn/distributed) each process evaluates every world_size-th batch and the sums are added
+// across processes: every process gets the same value, which differs from one process's only
+// by the order of the additions. It is then a collective: every process must call it.
+double mlm_validation_loss(MaskedLM& model, const MlmValidationSet& set, Device device,
+                           bool split_over_processes = false);
+
+}  // namespace tinyformer::nn

@@ -1,0 +1,487 @@
+// Model descriptions in checkpoints: every field's JSON round trip, the strict reader's errors,
+// load_model on save_model's and TrainingRun's checkpoints, and resuming with another model.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include <tinyformer/tinyformer.h>
+
+using namespace tinyformer;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("tinyformer_model_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+doctest::Contains has(const std::string& text) {
+  return doctest::Contains(text.c_str());
+}
+
+// The number of members of an aggregate: the most initializers T{...} accepts. It holds the
+// serializer to every field, so that a field added to a config struct and not to
+// nn/io/model_file.cpp's lists fails here.
+struct AnyField {
+  template <typename T>
+  operator T() const;  // NOLINT: converts to any member type, never called
+};
+template <typename T, typename... Fields>
+constexpr std::size_t field_count() {
+  if constexpr (requires { T{Fields{}..., AnyField{}}; }) {
+    return field_count<T, Fields..., AnyField>();
+  } else {
+    return sizeof...(Fields);
+  }
+}
+
+// A description with every field away from its default.
+nn::ModelDescription everything_set() {
+  nn::EncoderConfig encoder{.layers = 3,
+                            .d_model = 48,
+                            .heads = 6,
+                            .d_ff = 96,
+                            .max_seq_len = 40,
+                            .dropout = 0.25,
+                            .attention_dropout = 0.125,
+                            .activation = nn::Activation::relu,
+                            .pre_norm = false,
+                            .attention = nn::AttentionKind::linformer,
+                            .linformer = {.k = 12,
+                                          .k_per_layer = {12, 10, 8},
+                                          .projection = nn::ProjectionKind::conv,
+                                          .projection_name = "",
+                                          .sharing = nn::Sharing::key_value,
+                                          .projection_init = nn::ProjectionInit::normal,
+                                          .projection_lr_scale = 0.3},
+                            .per_layer = {},
+                            .fused_attention = false};
+  encoder.per_layer = {
+      {.attention = nn::AttentionKind::full, .linformer = {}},
+      {.attention = nn::AttentionKind::linformer,
+       .linformer = {.k = 9,
+                     .k_per_layer = {20, 16, 12},
+                     .projection = nn::ProjectionKind::mean_pool,
+                     .sharing = nn::Sharing::none,
+                     .projection_lr_scale = 0.5}},
+      {.attention = nn::AttentionKind::linformer,
+       .linformer = {.k = 7,
+                     .projection = nn::ProjectionKind::linear,
+                     .projection_name = "max",
+                     .sharing = nn::Sharing::layerwise,
+                     .projection_init = nn::ProjectionInit::normal}},
+  };
+  return {.kind = nn::ModelKind::masked_lm,
+          .encoder = encoder,
+          .vocabulary = {.size = 300, .tokenizer = "words-v2"},
+          .positions = nn::PositionEncoding::sinusoidal,
+          .tie_weights = false};
+}
+
+void check_linformer(const nn::LinformerConfig& a, const nn::LinformerConfig& b) {
+  CHECK(a.k == b.k);
+  CHECK(a.k_per_layer == b.k_per_layer);
+  CHECK(a.projection == b.projection);
+  CHECK(a.projection_name == b.projection_name);
+  CHECK(a.sharing == b.sharing);
+  CHECK(a.projection_init == b.projection_init);
+  CHECK(a.projection_lr_scale == b.projection_lr_scale);
+}
+
+void check_same(const nn::ModelDescription& a, const nn::ModelDescription& b) {
+  CHECK(a.kind == b.kind);
+  CHECK(a.vocabulary.size == b.vocabulary.size);
+  CHECK(a.vocabulary.tokenizer == b.vocabulary.tokenizer);
+  CHECK(a.positions == b.positions);
+  CHECK(a.tie_weights == b.tie_weights);
+  if (a.kind == nn::ModelKind::sequence_classifier) {
+    CHECK(a.classes == b.classes);
+    CHECK(a.pooling == b.pooling);
+  }
+  const nn::EncoderConfig &x = a.encoder, &y = b.encoder;
+  CHECK(x.layers == y.layers);
+  CHECK(x.d_model == y.d_model);
+  CHECK(x.heads == y.heads);
+  CHECK(x.d_ff == y.d_ff);
+  CHECK(x.max_seq_len == y.max_seq_len);
+  CHECK(x.dropout == y.dropout);
+  CHECK(x.attention_dropout == y.attention_dropout);
+  CHECK(x.activation == y.activation);
+  CHECK(x.pre_norm == y.pre_norm);
+  CHECK(x.attention == y.attention);
+  check_linformer(x.linformer, y.linformer);
+  REQUIRE(x.per_layer.size() == y.per_layer.size());
+  for (std::size_t l = 0; l < x.per_layer.size(); ++l) {
+    CHECK(x.per_layer[l].attention == y.per_layer[l].attention);
+    check_linformer(x.per_layer[l].linformer, y.per_layer[l].linformer);
+  }
+  CHECK(x.fused_attention == y.fused_attention);
+  CHECK(nn::model_differences(a, b).empty());
+}
+
+nn::ModelDescription round_trip(const nn::ModelDescription& d) {
+  return nn::parse_model_description(nn::model_description_json(d), "test");
+}
+
+// The description's JSON with one change, as the text a file would hold.
+std::string edited(const std::function<void(json&)>& edit,
+                   const nn::ModelDescription& d = everything_set()) {
+  json j = json::parse(nn::model_description_json(d));
+  edit(j);
+  return j.dump();
+}
+
+nn::ModelDescription small_mlm() {
+  return {.kind = nn::ModelKind::masked_lm,
+          .encoder = {.layers = 2,
+                      .d_model = 16,
+                      .heads = 2,
+                      .d_ff = 32,
+                      .max_seq_len = 12,
+                      .dropout = 0.0,
+                      .attention = nn::AttentionKind::linformer,
+                      .linformer = {.k = 4, .k_per_layer = {6, 4}, .sharing = nn::Sharing::none}},
+          .vocabulary = {.size = nn::data::ByteTokenizer::vocab_size, .tokenizer = "byte"}};
+}
+
+nn::ProgressOptions quiet() {
+  static std::FILE* null = std::fopen("/dev/null", "w");
+  return {.out = null, .terminal = false};
+}
+
+Tensor some_tokens() {
+  return from(std::vector<std::int64_t>{5, 9, 40, 100, 7, 1, 33, 12, 250, 4, 8, 60}, {2, 6});
+}
+
+}  // namespace
+
+TEST_CASE("model description: every field of every struct round-trips through the JSON") {
+  const nn::ModelDescription d = everything_set();
+  check_same(round_trip(d), d);
+
+  // The writer visits every member: a field added to a struct must be added to the lists.
+  const json j = json::parse(nn::model_description_json(d));
+  CHECK(j["encoder"].size() == field_count<nn::EncoderConfig>());
+  CHECK(j["encoder"]["linformer"].size() == field_count<nn::LinformerConfig>());
+  CHECK(j["encoder"]["per_layer"][0].size() == field_count<nn::LayerSpec>());
+  CHECK(j["vocabulary"].size() == field_count<nn::Vocabulary>());
+  CHECK(j["version"] == nn::kModelFormatVersion);
+  CHECK(j["kind"] == "MaskedLM");
+  CHECK(j["encoder"]["per_layer"][1]["linformer"]["sharing"] == "none");
+  CHECK(j["encoder"]["linformer"]["sharing"] == "key-value");
+  CHECK(j["encoder"]["activation"] == "relu");
+
+  // Each kind of sharing, projection, start, activation, position encoding and pooling.
+  for (nn::Sharing sharing :
+       {nn::Sharing::none, nn::Sharing::headwise, nn::Sharing::key_value, nn::Sharing::layerwise}) {
+    for (nn::ProjectionKind kind :
+         {nn::ProjectionKind::linear, nn::ProjectionKind::mean_pool, nn::ProjectionKind::max_pool,
+          nn::ProjectionKind::conv, nn::ProjectionKind::identity}) {
+      nn::ModelDescription c = small_mlm();
+      c.encoder.linformer = {.k = 6, .projection = kind, .sharing = sharing};
+      check_same(round_trip(c), c);
+    }
+  }
+  for (nn::Activation a : {nn::Activation::gelu, nn::Activation::gelu_tanh, nn::Activation::tanh,
+                           nn::Activation::relu}) {
+    nn::ModelDescription c = small_mlm();
+    c.encoder.activation = a;
+    c.encoder.linformer.projection_init = nn::ProjectionInit::normal;
+    c.positions = nn::PositionEncoding::learned;
+    check_same(round_trip(c), c);
+  }
+  for (nn::Pooling pooling : {nn::Pooling::cls, nn::Pooling::mean}) {
+    nn::ModelDescription c = small_mlm();
+    c.kind = nn::ModelKind::sequence_classifier;
+    c.classes = 7;
+    c.pooling = pooling;
+    c.vocabulary = {.size = 17, .tokenizer = "listops"};
+    check_same(round_trip(c), c);
+    const json cj = json::parse(nn::model_description_json(c));
+    CHECK(cj["kind"] == "SequenceClassifier");
+    CHECK(cj.contains("classes"));
+    CHECK_FALSE(cj.contains("tie_weights"));
+  }
+  // A full-attention description with no Linformer settings of its own.
+  nn::ModelDescription full = small_mlm();
+  full.encoder.attention = nn::AttentionKind::full;
+  full.encoder.linformer = {};
+  check_same(round_trip(full), full);
+}
+
+TEST_CASE("model description: the reader names the field of every bad value") {
+  auto fails_with = [](const std::string& text, const std::string& expected) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(nn::parse_model_description(text, "model.safetensors"), has(expected),
+                         Error);
+    CHECK_THROWS_WITH_AS(nn::parse_model_description(text, "model.safetensors"),
+                         has("model.safetensors: "), Error);
+  };
+  // Missing fields, at any depth.
+  fails_with(edited([](json& j) { j["encoder"]["linformer"].erase("k"); }),
+             "encoder.linformer.k is missing");
+  fails_with(edited([](json& j) { j["encoder"]["per_layer"][2]["linformer"].erase("sharing"); }),
+             "encoder.per_layer[2].linformer.sharing is missing");
+  fails_with(edited([](json& j) { j.erase("version"); }), "version is missing");
+  fails_with(edited([](json& j) { j.erase("kind"); }), "kind is missing");
+  fails_with(edited([](json& j) { j.erase("tie_weights"); }), "tie_weights is missing");
+  fails_with(edited([](json& j) { j["vocabulary"].erase("tokenizer"); }),
+             "vocabulary.tokenizer is missing");
+  // Wrong types.
+  fails_with(edited([](json& j) { j["encoder"]["linformer"]["k"] = "12"; }),
+             "encoder.linformer.k: expected an integer, got \"12\"");
+  fails_with(edited([](json& j) { j["encoder"]["layers"] = 2.5; }),
+             "encoder.layers: expected an integer, got 2.5");
+  fails_with(edited([](json& j) { j["encoder"]["layers"] = 18446744073709551615ULL; }),
+             "encoder.layers: expected an integer that fits 64 bits");
+  fails_with(edited([](json& j) { j["encoder"]["dropout"] = true; }),
+             "encoder.dropout: expected a number, got true");
+  fails_with(edited([](json& j) { j["encoder"]["pre_norm"] = 1; }),
+             "encoder.pre_norm: expected true or false, got 1");
+  fails_with(edited([](json& j) { j["encoder"]["per_layer"] = json::object(); }),
+             "encoder.per_layer: expected an array");
+  fails_with(edited([](json& j) { j["encoder"]["linformer"]["k_per_layer"][1] = "x"; }),
+             "encoder.linformer.k_per_layer[1]: expected an integer");
+  fails_with(edited([](json& j) { j["encoder"]["linformer"] = 5; }),
+             "encoder.linformer: expected an object, got 5");
+  fails_with(edited([](json& j) { j["vocabulary"]["tokenizer"] = 3; }),
+             "vocabulary.tokenizer: expected a string, got 3");
+  // Unknown names of kinds.
+  fails_with(edited([](json& j) { j["kind"] = "GPT"; }),
+             "kind: unknown name \"GPT\" (known: MaskedLM, SequenceClassifier)");
+  fails_with(edited([](json& j) { j["encoder"]["per_layer"][1]["linformer"]["sharing"] = "all"; }),
+             "encoder.per_layer[1].linformer.sharing: unknown name \"all\"");
+  fails_with(edited([](json& j) { j["encoder"]["attention"] = "sparse"; }),
+             "encoder.attention: unknown name \"sparse\" (known: full, linformer)");
+  fails_with(edited([](json& j) { j["positions"] = "rotary"; }), "positions: unknown name");
+  fails_with(edited([](json& j) { j["encoder"]["activation"] = "swish"; }),
+             "encoder.activation: unknown name \"swish\"");
+  fails_with(edited([](json& j) { j["encoder"]["linformer"]["projection"] = 2; }),
+             "encoder.linformer.projection: expected one of the names linear, mean, max, conv, "
+             "identity, got 2");
+  // Unknown fields, and the other kind's head fields.
+  fails_with(edited([](json& j) { j["encoder"]["linformer"]["rank"] = 3; }),
+             "encoder.linformer.rank: unknown field");
+  fails_with(edited([](json& j) { j["classes"] = 3; }), "classes: unknown field for a MaskedLM");
+  // Format versions.
+  fails_with(edited([](json& j) { j["version"] = nn::kModelFormatVersion + 1; }),
+             "format version 2 is not one this tinyformer reads");
+  fails_with(edited([](json& j) { j["version"] = 0; }), "format version 0");
+  // Not JSON, not an object, a field twice, nesting no description has.
+  fails_with("{\"version\": 1, ", "not valid JSON");
+  fails_with("[1, 2]", "expected a JSON object");
+  fails_with("{\"version\": 1, \"version\": 1}", "the field \"version\" appears twice");
+  fails_with(std::string(100, '[') + std::string(100, ']'), "nests deeper");
+  // Values of the right types that do not fit together.
+  fails_with(edited([](json& j) { j["encoder"]["heads"] = 5; }),
+             "encoder: EncoderConfig: d_model (48) must be divisible by heads (5)");
+  fails_with(edited([](json& j) { j["vocabulary"]["size"] = 0; }),
+             "vocabulary.size: expected a positive size");
+  nn::ModelDescription classifier = small_mlm();
+  classifier.kind = nn::ModelKind::sequence_classifier;
+  classifier.classes = 4;
+  fails_with(edited([](json& j) { j["classes"] = 1; }, classifier),
+             "classes: expected at least 2, got 1");
+  fails_with(edited([](json& j) { j.erase("pooling"); }, classifier), "pooling is missing");
+}
+
+TEST_CASE("model_differences lists each differing field") {
+  const nn::ModelDescription a = everything_set();
+  nn::ModelDescription b = a;
+  b.encoder.per_layer[1].linformer.k_per_layer[2] = 11;
+  b.vocabulary.tokenizer = "byte";
+  const std::vector<std::string> d = nn::model_differences(a, b);
+  REQUIRE(d.size() == 2);
+  CHECK(d[0] == "encoder.per_layer[1].linformer.k_per_layer[2]: 12 there, 11 now");
+  CHECK(d[1] == "vocabulary.tokenizer: \"words-v2\" there, \"byte\" now");
+}
+
+TEST_CASE("save_model and load_model: the same model from the file alone") {
+  TempDir dir;
+  const std::string path = dir.file("mlm.safetensors");
+  manual_seed(3);
+  const nn::ModelDescription description = small_mlm();
+  auto model = nn::make_model<nn::MaskedLM>(description);
+  model->eval();
+  nn::save_model(path, *model, description, {{"note", "hello"}});
+
+  const std::uint64_t offset = default_generator().offset();
+  const nn::LoadedModel loaded = nn::load_model(path);
+  CHECK(default_generator().offset() == offset);  // building the model drew nothing for good
+  CHECK(loaded.kind() == nn::ModelKind::masked_lm);
+  CHECK(loaded.config().linformer.k_per_layer == std::vector<std::int64_t>{6, 4});
+  CHECK(loaded.vocabulary().tokenizer == "byte");
+  CHECK(loaded.metadata.at("note") == "hello");
+  CHECK(loaded.metadata.count(nn::kModelMetadataKey) == 0);
+  CHECK_FALSE(loaded.module->is_training());
+  const auto again = loaded.as<nn::MaskedLM>();
+  const std::vector<float> expected = model->forward(some_tokens()).to_vector<float>();
+  CHECK(again->forward(some_tokens()).to_vector<float>() == expected);
+  CHECK_THROWS_WITH_AS(loaded.as<nn::SequenceClassifier>(),
+                       "LoadedModel::as: the model is a MaskedLM, not the type asked for", Error);
+
+  // A classifier, through the same calls.
+  nn::ModelDescription classifier = small_mlm();
+  classifier.kind = nn::ModelKind::sequence_classifier;
+  classifier.classes = 3;
+  classifier.pooling = nn::Pooling::cls;
+  auto c = nn::make_model<nn::SequenceClassifier>(classifier);
+  c->eval();
+  nn::save_model(dir.file("cls.safetensors"), *c, classifier);
+  const auto c2 = nn::load_model(dir.file("cls.safetensors")).as<nn::SequenceClassifier>();
+  CHECK(c2->forward(some_tokens()).to_vector<float>() ==
+        c->forward(some_tokens()).to_vector<float>());
+
+  // save_model refuses a description of another kind.
+  CHECK_THROWS_WITH_AS(nn::save_model(dir.file("x.safetensors"), *c, description),
+                       has("the model is a SequenceClassifier, the description "
+                           "says MaskedLM"),
+                       Error);
+}
+
+TEST_CASE("load_model: files without a description or with one that does not fit") {
+  TempDir dir;
+  manual_seed(4);
+  const nn::ModelDescription description = small_mlm();
+  auto model = nn::make_model<nn::MaskedLM>(description);
+
+  const std::string plain = dir.file("plain.safetensors");
+  nn::save_checkpoint(plain, *model);
+  CHECK_THROWS_WITH_AS(nn::load_model(plain),
+                       has("load_model: " + plain +
+                           ": the file holds no model "
+                           "description (metadata key \"tinyformer.model\")"),
+                       Error);
+
+  // Weights of another size than the description: load_checkpoint's Error, naming the file.
+  nn::ModelDescription wider = description;
+  wider.encoder.d_ff = 48;
+  const std::string lying = dir.file("lying.safetensors");
+  nn::save_checkpoint(lying, *model, nullptr,
+                      {{nn::kModelMetadataKey, nn::model_description_json(wider)}});
+  CHECK_THROWS_WITH_AS(nn::load_model(lying), has("load_checkpoint: " + lying + ": \"model."),
+                       Error);
+
+  // A bad field in the file: the path, the key and the field.
+  const std::string bad = dir.file("bad.safetensors");
+  nn::save_checkpoint(
+      bad, *model, nullptr,
+      {{nn::kModelMetadataKey,
+        edited([](json& j) { j["encoder"]["linformer"]["k_per_layer"][0] = -1; }, description)}});
+  CHECK_THROWS_WITH_AS(nn::load_model(bad),
+                       has("load_model: " + bad +
+                           ": \"tinyformer.model\": encoder: EncoderConfig: layer 0 has k=-1"),
+                       Error);
+
+  // A registered projection kind that this program does not have.
+  nn::ModelDescription custom = description;
+  custom.encoder.linformer.projection_name = "no-such-kind";
+  const std::string unknown = dir.file("unknown.safetensors");
+  nn::save_checkpoint(unknown, *model, nullptr,
+                      {{nn::kModelMetadataKey, nn::model_description_json(custom)}});
+  CHECK_THROWS_WITH_AS(nn::load_model(unknown), has("unknown projection kind \"no-such-kind\""),
+                       Error);
+}
+
+TEST_CASE("TrainingRun saves the model description; load_model opens its checkpoint") {
+  TempDir dir;
+  const std::string path = dir.file("run.safetensors");
+  const nn::ModelDescription description = small_mlm();
+  auto train = [&](const nn::ModelDescription& d, bool resume, std::int64_t steps) {
+    manual_seed(5);
+    auto model = nn::make_model<nn::MaskedLM>(d);
+    nn::optim::AdamW optimizer(model->parameters(), {.lr = 1e-2});
+    nn::TrainingRunOptions options{.program = "test",
+                                   .steps = steps,
+                                   .checkpoint = path,
+                                   .resume = resume,
+                                   .progress = quiet(),
+                                   .handle_interrupts = false,
+                                   .model = d};
+    nn::TrainingRun run(options, *model, optimizer, nullptr, {});
+    const Tensor tokens = some_tokens();
+    while (run.running()) {
+      run.start_step();
+      const Tensor logits = model->forward(tokens);
+      const Tensor loss =
+          cross_entropy(logits.reshape({-1, d.vocabulary.size}), tokens.reshape({-1}));
+      optimizer.zero_grad();
+      loss.backward();
+      optimizer.step();
+      run.end_step({.loss = loss.item<double>(), .lr = 1e-2, .tokens = tokens.numel()});
+      run.log_and_checkpoint();
+    }
+    run.finish();
+    return model;
+  };
+  auto trained = train(description, false, 2);
+  trained->eval();
+  const nn::LoadedModel loaded = nn::load_model(path);
+  CHECK(loaded.metadata.at("step") == "2");
+  CHECK(loaded.as<nn::MaskedLM>()->forward(some_tokens()).to_vector<float>() ==
+        trained->forward(some_tokens()).to_vector<float>());
+
+  // Resuming with another model names the fields that differ.
+  nn::ModelDescription other = description;
+  other.encoder.linformer.sharing = nn::Sharing::headwise;
+  CHECK_THROWS_WITH_AS(train(other, true, 4),
+                       has("holds a model of another configuration "
+                           "(encoder.linformer.sharing: \"none\" there, "
+                           "\"headwise\" now)"),
+                       Error);
+  train(description, true, 4);
+  CHECK(nn::load_model(path).metadata.at("step") == "4");
+
+  // The model must be of the described kind.
+  nn::ModelDescription classifier = description;
+  classifier.kind = nn::ModelKind::sequence_classifier;
+  classifier.classes = 2;
+  auto model = nn::make_model<nn::MaskedLM>(description);
+  nn::optim::AdamW optimizer(model->parameters(), {.lr = 1e-2});
+  CHECK_THROWS_WITH_AS(nn::TrainingRun({.program = "test", .steps = 1, .model = classifier}, *model,
+                                       optimizer, nullptr, {}),
+                       has("the model is a MaskedLM but TrainingRunOptions::model describes a "
+                           "SequenceClassifier"),
+                       Error);
+}
+
+TEST_CASE("describe: one line per model") {
+  CHECK(nn::describe(small_mlm()) ==
+        "MaskedLM over the \"byte\" vocabulary (260 tokens), learned positions, tied output; 2 "
+        "layers, d_model 16, 2 heads, d_ff 32, Linformer k=6,4 (linear projection, none "
+        "sharing, pooling start, lr x0.1)");
+  nn::ModelDescription c = small_mlm();
+  c.kind = nn::ModelKind::sequence_classifier;
+  c.classes = 10;
+  c.pooling = nn::Pooling::cls;
+  c.vocabulary = {.size = 17, .tokenizer = ""};
+  c.positions = nn::PositionEncoding::sinusoidal;
+  c.encoder.attention = nn::AttentionKind::full;
+  CHECK(nn::describe(c) ==
+        "SequenceClassifier (10 classes, cls pooling) over an unnamed vocabulary (17 tokens), "
+        "sinusoidal positions; 2 layers, d_model 16, 2 heads, d_ff 32, full attention");
+  CHECK(nn::describe(everything_set().encoder) ==
+        "3 layers, d_model 48, 6 heads, d_ff 96, per layer: full attention; Linformer k=20,16,12 "
+        "(mean projection); Linformer k=7 (max projection)");
+}
