@@ -40,7 +40,7 @@ double next_byte_loss(nn::CausalLM& model, const std::vector<std::int64_t>& toke
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   manual_seed(8);
   std::printf("Step 8: causal attention, and why Linformer cannot have it\n");
   const std::int64_t n = 8, d_model = 16, heads = 2, future = 5;
@@ -67,14 +67,39 @@ int main() {
   auto e = nn::make_projection("linear", spec);
   nn::LinformerAttention linformer(d_model, heads, e, e);
   const Tensor c = linformer.forward(x), d = linformer.forward(x_changed);
-  std::vector<double> change;
-  for (std::int64_t i = 0; i < future; ++i)
+  std::vector<double> change, full_change;
+  for (std::int64_t i = 0; i < n; ++i) {
     change.push_back(tutorial::max_abs_diff(c.narrow(1, i, 1), d.narrow(1, i, 1)));
+    full_change.push_back(tutorial::max_abs_diff(a.narrow(1, i, 1), b.narrow(1, i, 1)));
+  }
   std::printf("Linformer (k = 4): change of outputs 0..4 when position 5 changes:");
-  for (double v : change) std::printf(" %.3g", v);
+  for (std::int64_t i = 0; i < future; ++i)
+    std::printf(" %.3g", change[static_cast<std::size_t>(i)]);
   std::printf("\n");
-  check(*std::min_element(change.begin(), change.end()) > 1e-4,
+  check(*std::min_element(change.begin(), change.begin() + future) > 1e-4,
         "Linformer: position 5 changes every earlier output (the future leaks)");
+
+  // The figure: how much each position's output moves when token 5 changes.
+  const std::string dir = tutorial::figure_dir(argc, argv);
+  {
+    std::ofstream out(dir + "/tutorial_08_leak.csv");
+    out << "position,causal_full,linformer\n";
+    for (std::int64_t i = 0; i < n; ++i) {
+      out << i << "," << full_change[static_cast<std::size_t>(i)] << ","
+          << change[static_cast<std::size_t>(i)] << "\n";
+    }
+  }
+  tutorial::plot(
+      dir + "/tutorial_08_leak.png",
+      "set datafile separator ','\nset style data histograms\n"
+      "set style fill solid 0.8\nset boxwidth 0.8\nset key top left\n"
+      "set title 'Change of each output when the token at position 5 changes'\n"
+      "set xlabel 'position'\nset ylabel 'max |change|'\nset yrange [0:*]\n"
+      "set arrow from 4.5, graph 0 to 4.5, graph 1 nohead dt 2\n"
+      "plot '" +
+          dir +
+          "/tutorial_08_leak.csv' every ::1 using 2:xtic(1) "
+          "title 'causal full attention', '' every ::1 using 3 title 'Linformer, k = 4'\n");
 
   // Each row of E mixes positions; with the pooling start row r averages a window, and the
   // last rows cover the last positions, which every query attends to.
