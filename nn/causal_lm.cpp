@@ -47,7 +47,15 @@ Tensor CausalLM::forward(const Tensor& tokens) {
 
 std::int64_t sample_token(const std::vector<double>& logits, const SamplingOptions& sampling,
                           double uniform) {
-  TF_CHECK(!logits.empty(), "sample_token: expected at least one logit");
+  const char* op = "sample_token";
+  TF_CHECK(!logits.empty(), op, ": expected at least one logit");
+  TF_CHECK(std::isfinite(sampling.temperature) && sampling.temperature >= 0, op,
+           ": expected a finite temperature >= 0 (0: greedy), got ", sampling.temperature);
+  TF_CHECK(sampling.top_k >= 0, op, ": expected top_k >= 0 (0: all tokens), got ", sampling.top_k);
+  TF_CHECK(uniform >= 0 && uniform < 1, op, ": expected a uniform draw in [0, 1), got ", uniform);
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    TF_CHECK(!std::isnan(logits[i]), op, ": logit ", i, " is NaN (has the model diverged?)");
+  }
   const auto first_max = std::max_element(logits.begin(), logits.end());
   if (sampling.temperature == 0) return first_max - logits.begin();
   // Top-k: the k-th largest logit is the threshold; everything at or above it stays.

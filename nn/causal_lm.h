@@ -57,7 +57,8 @@ class CausalLM : public Module {
 
 // The index of the next token drawn from `logits` ([vocab] values) under `sampling`, with
 // `uniform` a number in [0, 1) (ignored when greedy). Exposed for tests and for callers that
-// run the model themselves.
+// run the model themselves. Throws an Error naming "sample_token" for no logits, a NaN logit, a
+// negative or non-finite temperature, a negative top_k or a draw outside [0, 1).
 std::int64_t sample_token(const std::vector<double>& logits, const SamplingOptions& sampling,
                           double uniform);
 

@@ -83,6 +83,19 @@ TEST_CASE("sample_token: greedy, temperature and top-k") {
   CHECK(nn::sample_token({0.0, 2.0, 1.0}, {.temperature = 1e-3}, 0.999) == 1);
   // A high temperature flattens: the draw 0.3 lands on the first token.
   CHECK(nn::sample_token({0.0, 2.0, 1.0}, {.temperature = 1e6}, 0.3) == 0);
+  // An excluded (-inf) logit is never drawn.
+  CHECK(nn::sample_token({-INFINITY, 0.0}, {}, 0.0) == 1);
+
+  CHECK_THROWS_WITH_AS(nn::sample_token({}, {}, 0.5), "sample_token: expected at least one logit",
+                       Error);
+  CHECK_THROWS_WITH_AS(nn::sample_token({0.0, NAN}, {}, 0.5),
+                       "sample_token: logit 1 is NaN (has the model diverged?)", Error);
+  CHECK_THROWS_WITH_AS(nn::sample_token({0.0}, {.temperature = -1}, 0.5),
+                       doctest::Contains("sample_token: expected a finite temperature"), Error);
+  CHECK_THROWS_WITH_AS(nn::sample_token({0.0}, {.top_k = -2}, 0.5),
+                       "sample_token: expected top_k >= 0 (0: all tokens), got -2", Error);
+  CHECK_THROWS_WITH_AS(nn::sample_token({0.0}, {}, 1.0),
+                       "sample_token: expected a uniform draw in [0, 1), got 1", Error);
 }
 
 TEST_CASE("CausalLM::generate: deterministic per seed; greedy is the argmax step by step") {
