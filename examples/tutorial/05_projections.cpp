@@ -62,14 +62,14 @@ int main(int argc, char** argv) {
   const double shrink = distortion[1][1] / distortion[1][5];  // k = 16 against k = 256
   check(shrink > 2.5 && shrink < 6.0,
         "16x more rows shrink the distortion about 4x (as 1/sqrt(k))");
+  bool same_for_every_n = true;
   for (std::size_t j = 0; j < ks.size(); ++j) {
     const double lo = std::min({distortion[0][j], distortion[1][j], distortion[2][j]});
     const double hi = std::max({distortion[0][j], distortion[1][j], distortion[2][j]});
-    if (hi > 1.3 * lo) {
-      check(false, "the distortion at k = " + std::to_string(ks[j]) + " does not depend on n");
-    }
+    same_for_every_n = same_for_every_n && hi <= 1.3 * lo;
   }
-  check(true, "at every k the distortion is the same for n = 256, 1024 and 4096 (within 30%)");
+  check(same_for_every_n,
+        "at every k the distortion is the same for n = 256, 1024 and 4096 (within 30%)");
 
   // --- The projection kinds on x = 1..8 (one head of width 1), k = 4. ---
   const std::int64_t n = 8, k = 4;
