@@ -37,8 +37,8 @@ int main(int argc, char** argv) {
   manual_seed(4);
   std::printf("Step 4: the spectrum of P\n");
   const std::int64_t n = 64, batch = 16, k = 8;
-  const std::int64_t steps =
-      argc > 2 && std::string(argv[1]) == "--steps" ? std::stoll(argv[2]) : 600;
+  const bool smoke = tutorial::smoke(argc, argv);
+  const std::int64_t steps = smoke ? 10 : 600;
   const nn::EncoderConfig config{
       .layers = 2, .d_model = 64, .heads = 4, .d_ff = 128, .max_seq_len = n, .dropout = 0.0};
   nn::MaskedLM model(config, ByteTokenizer::vocab_size);
@@ -87,10 +87,12 @@ int main(int argc, char** argv) {
 
   for (std::size_t l = 0; l < 2; ++l) {
     const std::string layer = "layer " + std::to_string(l);
-    check(trained[l][k - 1] > 0.95,
-          "trained, " + layer + ": the first k = n/8 singular values carry over 95% of the sum");
-    check(trained[l][k - 1] > untrained[l][k - 1],
-          "trained, " + layer + ": more concentrated than the same layer untrained");
+    tutorial::check_trained(
+        smoke, trained[l][k - 1] > 0.95,
+        "trained, " + layer + ": the first k = n/8 singular values carry over 95% of the sum");
+    tutorial::check_trained(
+        smoke, trained[l][k - 1] > untrained[l][k - 1],
+        "trained, " + layer + ": more concentrated than the same layer untrained");
   }
   check(random_curve[k - 1] < 0.5,
         "a random P with sharp rows is far from low rank: its first k carry under half");

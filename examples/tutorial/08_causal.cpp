@@ -122,12 +122,13 @@ int main(int argc, char** argv) {
   const nn::data::TextSplit split = nn::data::split_text(text, 0.1);
   const std::vector<std::int64_t> train_tokens = ByteTokenizer::encode(split.train);
   const std::vector<std::int64_t> val_tokens = ByteTokenizer::encode(split.validation);
-  const std::int64_t context = 32, batch = 32, steps = 600;
+  const bool smoke = tutorial::smoke(argc, argv);
+  const std::int64_t context = 32, batch = 32, steps = smoke ? 10 : 600;
   nn::CausalLM model(
       {.layers = 2, .d_model = 48, .heads = 4, .d_ff = 96, .max_seq_len = context, .dropout = 0.0},
       ByteTokenizer::vocab_size);
   nn::optim::AdamW optimizer(model.parameters(), {.lr = 5e-3, .weight_decay = 0.0});
-  const nn::optim::WarmupCosine schedule(5e-3, 30, steps, 5e-4);
+  const nn::optim::WarmupCosine schedule(5e-3, std::min<std::int64_t>(30, steps / 10), steps, 5e-4);
   const nn::data::TokenChunks chunks(train_tokens, context + 1);
   nn::data::Loader loader(chunks.size(), {.batch_size = batch, .drop_last = true, .seed = 8});
   std::printf("CausalLM: %lld parameters, %lld training bytes, %lld steps of %lld x %lld\n",
@@ -167,8 +168,8 @@ int main(int argc, char** argv) {
       "validation perplexity: %.2f before training, %.2f after %.1f s (unigram baseline "
       "%.2f)\n",
       std::exp(initial), std::exp(val_loss), seconds, std::exp(unigram));
-  check(std::exp(val_loss) < 0.5 * std::exp(unigram),
-        "the trained decoder's perplexity is below half the unigram baseline's");
+  tutorial::check_trained(smoke, std::exp(val_loss) < 0.5 * std::exp(unigram),
+                          "the trained decoder's perplexity is below half the unigram baseline's");
 
   const auto greedy = model.generate(ByteTokenizer::encode("the cat "), 60, {.temperature = 0});
   const auto sampled =
@@ -185,7 +186,8 @@ int main(int argc, char** argv) {
   int known = 0, total = 0;
   for (std::string w; words >> w; ++total) known += vocabulary.count(w) > 0;
   std::printf("%d of %d words of the sample are words of the corpus\n", known, total);
-  check(known >= 0.8 * total, "at least 80% of the sampled words are words of the corpus");
+  tutorial::check_trained(smoke, known >= 0.8 * total,
+                          "at least 80% of the sampled words are words of the corpus");
 
   // The decoder is causal, exactly: a later token never changes an earlier position's logits.
   NoGradGuard no_grad;
