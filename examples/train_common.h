@@ -39,6 +39,11 @@ struct ModelFlags {
   std::int64_t max_seq_len = 0;  // 0: the sequence length the program trains on
 };
 
+// train_mlm's model: the defaults above with its measured choices (mean pooling, d_model 64,
+// d_ff 256, no dropout). inspect_attention starts from the same, so both rebuild the same model
+// from the same flags.
+ModelFlags mlm_model_flags();
+
 // The optimisation and bookkeeping flags.
 struct RunFlags {
   std::int64_t steps = 1000;

@@ -25,6 +25,8 @@
 #include "nn/schedule.h"
 // Beside the modules: data utilities, checkpoint and file IO, training helpers, inspection.
 #include "nn/data/data.h"
+#include "nn/inspect/attention_maps.h"
+#include "nn/inspect/plot.h"
 #include "nn/inspect/spectrum.h"
 #include "nn/io/checkpoint.h"
 #include "nn/io/safetensors.h"

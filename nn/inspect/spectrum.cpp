@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "autograd/grad_mode.h"
+#include "nn/inspect/attention_maps.h"
 
 extern "C" void dgesdd_(const char* jobz, const int* m, const int* n, double* a, const int* lda,
                         double* s, double* u, const int* ldu, double* vt, const int* ldvt,
@@ -33,12 +33,30 @@ std::vector<double> singular_values(std::vector<double>& a, int rows, int cols) 
 }
 }  // namespace
 
-std::vector<HeadSpectrum> attention_spectrum(const Tensor& probs) {
+std::vector<HeadSpectrum> attention_spectrum(const Tensor& probs, const Tensor& key_padding_mask) {
   TF_CHECK(probs.defined() && probs.dim() == 4 && probs.numel() > 0,
            "attention_spectrum: expected probabilities [B, H, n, m], got ",
            probs.defined() ? shape_str(probs.shape()) : "an undefined Tensor");
   const std::int64_t b = probs.size(0), h = probs.size(1), n = probs.size(2), m = probs.size(3);
-  const std::vector<double> values = probs.to_vector<double>();
+  std::vector<double> values = probs.to_vector<double>();
+  if (key_padding_mask.defined()) {
+    TF_CHECK(
+        key_padding_mask.dtype() == DType::boolean && key_padding_mask.shape() == Shape({b, n}),
+        "attention_spectrum: expected key_padding_mask of dtype bool and shape [", b, ", ", n,
+        "] (true = padding), got ", key_padding_mask.dtype(), " ",
+        shape_str(key_padding_mask.shape()));
+    const std::vector<std::int64_t> padded =
+        key_padding_mask.to(DType::int64).to_vector<std::int64_t>();
+    for (std::int64_t bi = 0; bi < b; ++bi) {
+      for (std::int64_t row = 0; row < n; ++row) {
+        if (padded[static_cast<std::size_t>(bi * n + row)] == 0) continue;
+        for (std::int64_t hi = 0; hi < h; ++hi) {
+          const auto first = values.begin() + ((bi * h + hi) * n + row) * m;
+          std::fill(first, first + m, 0.0);
+        }
+      }
+    }
+  }
   const std::size_t r = static_cast<std::size_t>(std::min(n, m));
   std::vector<HeadSpectrum> out(static_cast<std::size_t>(h));
   for (auto& head : out) {
@@ -64,21 +82,35 @@ std::vector<HeadSpectrum> attention_spectrum(const Tensor& probs) {
   return out;
 }
 
+namespace {
+std::vector<std::vector<HeadSpectrum>> spectra(const std::vector<Tensor>& maps,
+                                               const Tensor& key_padding_mask) {
+  std::vector<std::vector<HeadSpectrum>> out;
+  for (const Tensor& probs : maps) out.push_back(attention_spectrum(probs, key_padding_mask));
+  return out;
+}
+}  // namespace
+
 std::vector<std::vector<HeadSpectrum>> encoder_spectrum(TransformerEncoder& encoder,
                                                         const Tensor& x,
                                                         const Tensor& key_padding_mask) {
-  const auto layers = encoder.attention_layers();
-  for (const auto& a : layers) a->keep_attention(true);
-  {
-    NoGradGuard no_grad;
-    encoder.forward(x, key_padding_mask);
-  }
-  std::vector<std::vector<HeadSpectrum>> out;
-  for (const auto& a : layers) {
-    out.push_back(attention_spectrum(a->last_attention()));
-    a->keep_attention(false);
-  }
-  return out;
+  return spectra(encoder_attention(encoder, x, key_padding_mask), key_padding_mask);
+}
+
+std::vector<std::vector<HeadSpectrum>> encoder_spectrum(TokenEncoder& model, const Tensor& tokens,
+                                                        const Tensor& key_padding_mask) {
+  return spectra(attention_maps(model, tokens, key_padding_mask), key_padding_mask);
+}
+
+std::vector<std::vector<HeadSpectrum>> encoder_spectrum(MaskedLM& model, const Tensor& tokens,
+                                                        const Tensor& key_padding_mask) {
+  return spectra(attention_maps(model, tokens, key_padding_mask), key_padding_mask);
+}
+
+double mass_in_first(const HeadSpectrum& spectrum, std::size_t count) {
+  TF_CHECK(count >= 1, "mass_in_first: expected a count of at least 1, got ", count);
+  if (spectrum.cumulative.empty()) return 0.0;
+  return spectrum.cumulative[std::min(count, spectrum.cumulative.size()) - 1];
 }
 
 }  // namespace tinyformer::nn
