@@ -244,14 +244,25 @@ void write_spectrum_csv(const std::string& path, const std::vector<nn::NamedSpec
   if (!csv.flush()) throw UsageError("--out: cannot write " + path);
 }
 
-void print_summary(const std::vector<nn::NamedSpectra>& models,
-                   const std::vector<std::size_t>& counts, std::int64_t sequences) {
-  std::size_t values = 0;
-  for (const auto& heads : models[0].layers) values = std::max(values, heads[0].cumulative.size());
+void print_summary(const std::vector<nn::NamedSpectra>& models, std::vector<std::size_t> counts,
+                   std::int64_t sequences) {
+  // Each layer has min(n, m) values: n for full attention, k for Linformer.
+  std::vector<std::size_t> values;
+  for (const auto& heads : models[0].layers) values.push_back(heads[0].cumulative.size());
+  const std::size_t most = *std::max_element(values.begin(), values.end());
+  std::erase_if(counts, [&](std::size_t k) { return k > most; });  // 1 by definition
+  std::string of = std::to_string(most);
+  if (std::any_of(values.begin(), values.end(), [&](std::size_t v) { return v != most; })) {
+    of = "each layer's";
+    for (std::size_t l = 0; l < values.size(); ++l) {
+      of += (l ? ", " : " (") + std::to_string(values[l]);
+    }
+    of += ")";
+  }
   std::printf(
-      "share of the singular-value mass in the first k of %zu values (mean over %lld "
+      "share of the singular-value mass in the first k of %s values (mean over %lld "
       "sequence%s):\n",
-      values, static_cast<long long>(sequences), sequences == 1 ? "" : "s");
+      of.c_str(), static_cast<long long>(sequences), sequences == 1 ? "" : "s");
   std::printf("%-10s %5s %4s", "model", "layer", "head");
   for (std::size_t k : counts) std::printf(" %7s", ("k=" + std::to_string(k)).c_str());
   std::printf("\n");
