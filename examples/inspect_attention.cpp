@@ -137,54 +137,61 @@ std::shared_ptr<nn::MaskedLM> make_model(const nn::EncoderConfig& config, const 
   return model;
 }
 
-// The flags the checkpoint's "config.*" entries (train_mlm's run metadata) disagree with, as
-// "--attention full (here linformer)".
-std::vector<std::string> flag_mismatches(const nn::Metadata& recorded,
-                                         const nn::Metadata& expected) {
-  std::vector<std::string> out;
+// Throws a UsageError naming every model flag that the checkpoint's "config.*" entries
+// (train_mlm's run metadata) disagree with, as "--attention full (here linformer)". Entries the
+// checkpoint lacks are not checked.
+void check_model_flags(const nn::Metadata& recorded, const Options& o,
+                       const nn::EncoderConfig& config) {
+  nn::Metadata expected = train::model_metadata(o.model);
+  train::put(expected, "config.positions", o.positions);
+  train::put(expected, "config.max-seq-len", config.max_seq_len);
+  std::string list;
   for (const auto& [key, value] : expected) {
     const auto it = recorded.find(key);
     if (it == recorded.end() || it->second == value) continue;
-    out.push_back("--" + key.substr(key.find('.') + 1) + " " + it->second + " (here " + value +
-                  ")");
+    list += (list.empty() ? "--" : ", --") + key.substr(key.find('.') + 1) + " " + it->second +
+            " (here " + value + ")";
   }
-  return out;
+  if (!list.empty()) {
+    throw UsageError("--checkpoint " + o.checkpoint + " was trained with " + list +
+                     "; pass the flags of the training run");
+  }
 }
 
-// Opens the checkpoint with the model the flags describe and builds its untrained twin. With a
-// checkpoint that records its model (nn::load_model), this is where the flags give way to the
-// file: the trained model and config come from load_model, the untrained one from the same
-// config and the recorded seed.
+// The untrained model's seed: --seed, else the training run's ("config.seed"), else 1.
+std::uint64_t untrained_seed(const nn::Metadata& recorded, const Options& o) {
+  if (o.seed) return *o.seed;
+  const auto it = recorded.find("config.seed");
+  if (it == recorded.end()) return 1;
+  const std::string& value = it->second;
+  std::uint64_t seed = 0;
+  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seed);
+  if (ec != std::errc() || ptr != value.data() + value.size()) {
+    throw UsageError("--checkpoint " + o.checkpoint + " records the seed '" + value +
+                     "', not a number; pass --seed");
+  }
+  return seed;
+}
+
+// Opens the checkpoint into the model the flags describe and builds its untrained twin.
+//
+// This is the one place that knows how the model is rebuilt. With checkpoints that record their
+// model, nn::load_model (nn/io/model_file.h) replaces the flags: its body becomes
+//   nn::LoadedModel loaded = nn::load_model(o.checkpoint, device);
+//   m.config = loaded.config();
+//   m.trained = loaded.as<nn::MaskedLM>();
+//   m.seed = untrained_seed(loaded.metadata, o);
+//   manual_seed(m.seed);
+//   m.untrained = nn::make_model<nn::MaskedLM>(loaded.description);
+// and the model flags, check_model_flags and make_model above can go.
 Models open_models(const Options& o, Device device) {
   Models m;
   m.config = train::encoder_config(o.model, o.seq_len);
   const nn::SafetensorsFile file = nn::load_safetensors(o.checkpoint);
-
-  nn::Metadata expected = train::model_metadata(o.model);
-  train::put(expected, "config.positions", o.positions);
-  train::put(expected, "config.max-seq-len", m.config.max_seq_len);
-  const std::vector<std::string> mismatches = flag_mismatches(file.metadata, expected);
-  if (!mismatches.empty()) {
-    std::string list;
-    for (const std::string& item : mismatches) list += (list.empty() ? "" : ", ") + item;
-    throw UsageError("--checkpoint " + o.checkpoint + " was trained with " + list +
-                     "; pass the flags of the training run");
-  }
-  m.seed = 1;
-  if (o.seed) {
-    m.seed = *o.seed;
-  } else if (const auto it = file.metadata.find("config.seed"); it != file.metadata.end()) {
-    const std::string& value = it->second;
-    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), m.seed);
-    if (ec != std::errc() || ptr != value.data() + value.size()) {
-      throw UsageError("--checkpoint " + o.checkpoint + " records the seed '" + value +
-                       "', not a number; pass --seed");
-    }
-  }
-
+  check_model_flags(file.metadata, o, m.config);
+  m.seed = untrained_seed(file.metadata, o);
   m.trained = make_model(m.config, o, m.seed, device);
   nn::load_checkpoint(file, o.checkpoint, *m.trained);
-  m.trained->to(device);
   m.untrained = make_model(m.config, o, m.seed, device);
   return m;
 }
