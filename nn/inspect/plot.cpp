@@ -90,7 +90,7 @@ void plot_spectra(const std::string& png, const std::vector<NamedSpectra>& model
      << "set xlabel 'singular value index (largest first)'\n"
      << "set ylabel 'normalised cumulative sum'\n"
      << "set xrange [1:" << values << "]\nset yrange [0:1.02]\n";
-  if (mark > 0 && mark <= values) {
+  if (mark > 0 && mark < values) {
     gp << "set arrow from " << mark << ", graph 0 to " << mark
        << ", graph 1 nohead dt 3 lw 1.5 lc rgb 'gray40'\n"
        << "set label 'k = " << mark << "' at " << mark << ", graph 0.05 offset 0.5,0\n";

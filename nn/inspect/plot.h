@@ -24,10 +24,9 @@ struct NamedSpectra {
 };
 
 // The normalised cumulative singular values against their index, one panel per layer, one
-// curve per head and model: heads by colour, models by dash pattern (the first solid). With
-// `mark` in [1, number of values] a vertical line marks that index (a candidate
-// k). Every model must have the same
-// layers; an Error otherwise.
+// curve per head and model: heads by colour, models by dash pattern (the first solid). A
+// `mark` between 1 and the number of values (exclusive: every curve ends at 1) draws a vertical
+// line at that index, a candidate k. Every model must have the same layers; an Error otherwise.
 void plot_spectra(const std::string& png, const std::vector<NamedSpectra>& models,
                   const std::string& title, std::size_t mark = 0);
 
