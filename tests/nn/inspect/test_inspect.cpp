@@ -133,6 +133,11 @@ TEST_CASE("attention_maps: n x n maps for full attention, n x k for Linformer") 
     }
     const auto body = nn::encoder_spectrum(*model.body, t);
     CHECK(body[1][1].singular_values == spectra[1][1].singular_values);
+    manual_seed(3);
+    nn::SequenceClassifier classifier(small(attention, /*k=*/4), kVocab, /*classes=*/3);
+    const std::vector<Tensor> classifier_maps = nn::attention_maps(classifier, t);
+    REQUIRE(classifier_maps.size() == 2);
+    CHECK(classifier_maps[0].shape() == Shape({3, 2, 10, m}));
     // Attention is kept only for the inspection's own forward pass: a later one keeps nothing.
     model.forward(t);
     for (const auto& a : model.body->encoder->attention_layers()) {
