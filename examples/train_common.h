@@ -1,6 +1,7 @@
 // What the training programs (train_mlm, train_listops) share: the model and training flags,
 // the encoder configuration and the nn::TrainingRun options built from them. The training loops
-// themselves stay in each program's main, in plain sight.
+// themselves stay in each program's main, in plain sight. inspect_attention uses the model flags
+// to rebuild train_mlm's model.
 #pragma once
 
 #include <tinyformer/tinyformer.h>
