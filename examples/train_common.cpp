@@ -343,6 +343,15 @@ void put(Metadata& m, const std::string& key, std::int64_t value) {
   m[key] = std::to_string(value);
 }
 
+ModelFlags mlm_model_flags() {
+  ModelFlags f;
+  f.projection = "mean";
+  f.d_model = 64;
+  f.d_ff = 256;
+  f.dropout = 0.0;  // a few passes over the corpus at most: no overfitting to fight
+  return f;
+}
+
 Metadata model_metadata(const ModelFlags& f) {
   Metadata m;
   put(m, "config.attention", f.attention);

@@ -2,7 +2,8 @@
 // and training flags, the encoder configuration and the nn::TrainingRun options built from them,
 // as CLI11 options. What a program of any argument parser needs (flag checks, the device, error
 // reports) is in the library (nn/train/program.h). The training loops themselves stay in each
-// program's main, in plain sight.
+// program's main, in plain sight. inspect_attention uses the model flags to rebuild train_mlm's
+// model.
 #pragma once
 
 #include <tinyformer/tinyformer.h>
@@ -39,6 +40,11 @@ struct ModelFlags {
   double dropout = 0.1;
   std::int64_t max_seq_len = 0;  // 0: the sequence length the program trains on
 };
+
+// train_mlm's model: the defaults above with its measured choices (mean pooling, d_model 64,
+// d_ff 256, no dropout). inspect_attention starts from the same, so both rebuild the same model
+// from the same flags.
+ModelFlags mlm_model_flags();
 
 // The optimisation and bookkeeping flags.
 struct RunFlags {

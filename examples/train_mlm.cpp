@@ -76,10 +76,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
   // The defaults, chosen by measurement, train for a few minutes on 2 CPU cores and reach less
   // than half the unigram perplexity (see the file comment).
   Options o;
-  o.model.projection = "mean";
-  o.model.d_model = 64;
-  o.model.d_ff = 256;
-  o.model.dropout = 0.0;  // a few passes over the corpus at most: no overfitting to fight
+  o.model = train::mlm_model_flags();
   o.run.steps = 4000;
   o.run.batch = 16;
   o.run.lr = 3e-3;

@@ -28,6 +28,8 @@
 #include "nn/data/data.h"
 #include "nn/distributed/data_parallel.h"
 #include "nn/distributed/distributed.h"
+#include "nn/inspect/attention_maps.h"
+#include "nn/inspect/plot.h"
 #include "nn/inspect/spectrum.h"
 #include "nn/io/checkpoint.h"
 #include "nn/io/model_file.h"

@@ -21,14 +21,7 @@ std::string run_name(const std::string& path) {
 
 namespace {
 
-// A string literal for gnuplot: single quotes, a quote written twice.
-std::string gp_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
-// The same for the shell.
+// A string literal for the shell: single quotes, a quote written as '\''.
 std::string sh_quote(const std::string& text) {
   std::string out = "'";
   for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -54,47 +47,25 @@ std::vector<std::string> csv_header(const std::string& csv) {
 
 }  // namespace
 
-void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
-               const std::string& right_column, const std::string& right_label) {
-  TF_CHECK(!csvs.empty(), "plot_logs: no logs to plot");
-  for (const std::string& csv : csvs) {
-    const auto columns = csv_header(csv);
-    for (const std::string& needed : {std::string("step"), std::string("loss"), right_column}) {
-      TF_CHECK(std::find(columns.begin(), columns.end(), needed) != columns.end(),
-               "plot_logs: the log '", csv, "' has no '", needed,
-               "' column; pass logs written by the same program");
-    }
-  }
+std::string gnuplot_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+void gnuplot_png(const std::string& png, int width, int height, const std::string& commands,
+                 const char* op) {
   const std::string tmp_png = png + ".tmp." + std::to_string(::getpid()) + ".png";
   const fs::path script =
       fs::temp_directory_path() / ("tinyformer-plot-" + std::to_string(::getpid()) + ".gp");
   {
     std::ofstream gp(script);
-    TF_CHECK(gp.is_open(), "plot_logs: cannot write ", script.string());
-    gp << "set terminal pngcairo size 1400,560 font ',10' noenhanced\n"
-       << "set output " << gp_quote(tmp_png) << "\n"
-       << "set datafile separator ','\nset datafile columnheaders\n"
-       << "set grid\nset key top right\nset xlabel 'step'\n"
-       << "set multiplot layout 1,2\n"
-       << "set title 'training loss'\nset ylabel 'loss (nats)'\n";
-    // Run names and titles are plain text: noenhanced keeps "train_mlm" from showing "mlm" as
-    // a subscript. gnuplot cycles through 8 colours; later runs get dashed lines so no two curves
-    // look alike.
-    auto plot = [&](const std::string& column, const char* style) {
-      gp << "plot ";
-      for (std::size_t i = 0; i < csvs.size(); ++i) {
-        gp << (i ? ", \\\n     " : "") << gp_quote(csvs[i]) << " using (column('step')):(column("
-           << gp_quote(column) << ")) with " << style << " lw 1.5 lt " << i % 8 + 1 << " dt "
-           << i / 8 + 1 << " title " << gp_quote(run_name(csvs[i]));
-      }
-      gp << "\n";
-    };
-    plot("loss", "lines");
-    // One legend, on the left where the curves have fallen away from the top right corner.
-    gp << "unset key\n";
-    gp << "set title " << gp_quote(right_label) << "\nset ylabel " << gp_quote(right_label) << "\n";
-    plot(right_column, "linespoints pt 7 ps 0.6");
-    gp << "unset multiplot\n";
+    TF_CHECK(gp.is_open(), op, ": cannot write ", script.string());
+    // Names and titles are plain text: noenhanced keeps "train_mlm" from showing "mlm" as a
+    // subscript.
+    gp << "set terminal pngcairo size " << width << "," << height << " font ',10' noenhanced\n"
+       << "set output " << gnuplot_quote(tmp_png) << "\n"
+       << commands;
   }
   const std::string command = "gnuplot " + sh_quote(script.string()) + " 2>&1";
   std::string output;
@@ -112,13 +83,49 @@ void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
     if (status == 127 * 256 || first.find("not found") != std::string::npos) {
       first = "gnuplot is not installed (apt-get install gnuplot-nox)";
     }
-    fail("plot_logs: gnuplot failed: ", first.empty() ? "no output" : first);
+    fail(op, ": gnuplot failed: ", first.empty() ? "no output" : first);
   }
   fs::rename(tmp_png, png, ec);
   if (ec) {
     fs::remove(tmp_png, ec);
-    fail("plot_logs: cannot write '", png, "'; check that its directory exists");
+    fail(op, ": cannot write '", png, "'; check that its directory exists");
   }
+}
+
+void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
+               const std::string& right_column, const std::string& right_label) {
+  TF_CHECK(!csvs.empty(), "plot_logs: no logs to plot");
+  for (const std::string& csv : csvs) {
+    const auto columns = csv_header(csv);
+    for (const std::string& needed : {std::string("step"), std::string("loss"), right_column}) {
+      TF_CHECK(std::find(columns.begin(), columns.end(), needed) != columns.end(),
+               "plot_logs: the log '", csv, "' has no '", needed,
+               "' column; pass logs written by the same program");
+    }
+  }
+  std::ostringstream gp;
+  gp << "set datafile separator ','\nset datafile columnheaders\n"
+     << "set grid\nset key top right\nset xlabel 'step'\n"
+     << "set multiplot layout 1,2\n"
+     << "set title 'training loss'\nset ylabel 'loss (nats)'\n";
+  // gnuplot cycles through 8 colours; later runs get dashed lines so no two curves look alike.
+  auto plot = [&](const std::string& column, const char* style) {
+    gp << "plot ";
+    for (std::size_t i = 0; i < csvs.size(); ++i) {
+      gp << (i ? ", \\\n     " : "") << gnuplot_quote(csvs[i]) << " using (column('step')):(column("
+         << gnuplot_quote(column) << ")) with " << style << " lw 1.5 lt " << i % 8 + 1 << " dt "
+         << i / 8 + 1 << " title " << gnuplot_quote(run_name(csvs[i]));
+    }
+    gp << "\n";
+  };
+  plot("loss", "lines");
+  // One legend, on the left where the curves have fallen away from the top right corner.
+  gp << "unset key\n";
+  gp << "set title " << gnuplot_quote(right_label) << "\nset ylabel " << gnuplot_quote(right_label)
+     << "\n";
+  plot(right_column, "linespoints pt 7 ps 0.6");
+  gp << "unset multiplot\n";
+  gnuplot_png(png, 1400, 560, gp.str(), "plot_logs");
 }
 
 }  // namespace tinyformer::nn

@@ -16,4 +16,13 @@ void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
 // The file's name without directories and extension: "runs/full.csv" -> "full".
 std::string run_name(const std::string& path);
 
+// The plotting machinery the figures share (plot_logs, nn/inspect/plot.h): runs gnuplot on
+// `commands` with a pngcairo terminal of `width` x `height` pixels (text rendered plain, no
+// enhanced mode) and writes `png` atomically. Throws an Error starting with `op` when gnuplot is
+// missing or fails, or the file cannot be written.
+void gnuplot_png(const std::string& png, int width, int height, const std::string& commands,
+                 const char* op);
+// A string literal for gnuplot: 'text' with every quote doubled.
+std::string gnuplot_quote(const std::string& text);
+
 }  // namespace tinyformer::nn

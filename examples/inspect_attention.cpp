@@ -1,0 +1,354 @@
+// inspect_attention: what a masked LM trained by train_mlm attends to. From its checkpoint and a
+// text, it draws every layer's attention probabilities as heat maps (one PNG per layer, a panel
+// per head) and the spectrum of P, the Linformer paper's Figure 1: each head's singular values,
+// sorted, as a normalised cumulative sum, for the trained model against the same model freshly
+// initialised with the training seed. The spectra go to a CSV and a PNG, and the share of the
+// mass in the first k values to stdout. docs/inspect.md shows and explains the figures.
+//
+//   inspect_attention --checkpoint train_mlm.safetensors --data text.txt
+//   inspect_attention --checkpoint full.safetensors --attention full --text "Some text..."
+//   inspect_attention --checkpoint run.safetensors --layers 4 --k 64 --out figures/run
+//
+// The model flags are train_mlm's: pass the ones the checkpoint was trained with (none for a
+// run with train_mlm's defaults). The configuration the checkpoint records is checked against
+// them, so a mismatch is a clear error, not a confusing shape error.
+#include <tinyformer/tinyformer.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "train_common.h"
+
+using namespace tinyformer;
+using nn::data::ByteTokenizer;
+using train::UsageError;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kProgram = "inspect_attention";
+
+struct Options {
+  train::ModelFlags model = train::mlm_model_flags();
+  std::string checkpoint = "train_mlm.safetensors";
+  std::string text;
+  std::string data;
+  std::string out = "inspect_attention";
+  std::int64_t seq_len = 128;
+  std::string positions = "learned";
+  std::optional<std::uint64_t> seed;  // unset: the checkpoint's training seed
+  std::int64_t sequences = 16;
+  std::string mass_at = "1,8,16,32,64";
+  std::int64_t mark = 32;
+  std::string device = "cpu";
+  int threads = 0;
+};
+
+std::vector<std::size_t> parse_counts(const std::string& list) {
+  std::vector<std::size_t> counts;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t end = std::min(list.find(',', start), list.size());
+    std::size_t value = 0;
+    const auto [ptr, ec] = std::from_chars(list.data() + start, list.data() + end, value);
+    if (ec != std::errc() || ptr != list.data() + end || value == 0) {
+      throw UsageError("--mass-at " + list +
+                       ": expected a comma-separated list of positive counts, e.g. 1,8,32");
+    }
+    counts.push_back(value);
+    start = end + 1;
+  }
+  return counts;
+}
+
+std::optional<Options> parse_options(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Attention heat maps and attention spectra of a train_mlm checkpoint", kProgram};
+  app.add_option("--checkpoint", o.checkpoint, "The train_mlm checkpoint to inspect")
+      ->capture_default_str();
+  auto* text = app.add_option("--text", o.text, "The text to run the model on");
+  app.add_option("--data", o.data, "A text file to run the model on")->excludes(text);
+  app.add_option("--out", o.out, "Directory for the PNG and CSV files")->capture_default_str();
+  app.add_option("--seq-len", o.seq_len,
+                 "The training run's --seq-len; the text is cut into sequences of this length")
+      ->check(train::positive())
+      ->capture_default_str();
+  app.add_option("--positions", o.positions, "The training run's --positions")
+      ->check(CLI::IsMember({"learned", "sinusoidal"}))
+      ->capture_default_str();
+  app.add_option("--seed", o.seed,
+                 "Seed of the untrained model's initialisation (default: the checkpoint's "
+                 "training seed, so the untrained model is the trained one at step 0)");
+  app.add_option("--sequences", o.sequences,
+                 "At most this many sequences, spread over the text, averaged in the spectra; "
+                 "the heat maps show the first")
+      ->check(train::positive())
+      ->capture_default_str();
+  app.add_option("--mass-at", o.mass_at,
+                 "Counts k at which the summary prints the share of the singular-value mass in "
+                 "the first k values")
+      ->capture_default_str();
+  app.add_option("--mark", o.mark, "Index marked in the spectrum plot (0: none)")
+      ->check(train::non_negative())
+      ->capture_default_str();
+  app.add_option("--device", o.device, "cpu or cuda[:N]")->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads (0: OpenMP's default)")
+      ->check(train::non_negative());
+  train::add_model_flags(app, o.model);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    app.exit(e);
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(std::string(e.what()) + "; run with --help for the options");
+  }
+  if (o.text.empty() && o.data.empty()) {
+    throw UsageError("give the text to inspect: --text \"...\" or --data FILE");
+  }
+  parse_counts(o.mass_at);
+  return o;
+}
+
+// --- The models. ---
+
+// The trained model, the same configuration freshly initialised, and what describes them.
+struct Models {
+  nn::EncoderConfig config;
+  std::shared_ptr<nn::MaskedLM> trained;
+  std::shared_ptr<nn::MaskedLM> untrained;
+  std::uint64_t seed = 1;  // of the untrained model
+};
+
+std::shared_ptr<nn::MaskedLM> make_model(const nn::EncoderConfig& config, const Options& o,
+                                         std::uint64_t seed, Device device) {
+  // As train_mlm builds its model: the seed, then the constructor, so that the same seed gives
+  // the same initial weights.
+  manual_seed(seed);
+  auto model = std::make_shared<nn::MaskedLM>(
+      config, ByteTokenizer::vocab_size, /*tie_weights=*/true,
+      o.positions == "learned" ? nn::PositionEncoding::learned : nn::PositionEncoding::sinusoidal);
+  model->to(device);
+  model->eval();
+  return model;
+}
+
+// Throws a UsageError naming every model flag that the checkpoint's "config.*" entries
+// (train_mlm's run metadata) disagree with, as "--attention full (here linformer)". Entries the
+// checkpoint lacks are not checked.
+void check_model_flags(const nn::Metadata& recorded, const Options& o,
+                       const nn::EncoderConfig& config) {
+  nn::Metadata expected = train::model_metadata(o.model);
+  train::put(expected, "config.positions", o.positions);
+  train::put(expected, "config.max-seq-len", config.max_seq_len);
+  std::string list;
+  for (const auto& [key, value] : expected) {
+    const auto it = recorded.find(key);
+    if (it == recorded.end() || it->second == value) continue;
+    list += (list.empty() ? "--" : ", --") + key.substr(key.find('.') + 1) + " " + it->second +
+            " (here " + value + ")";
+  }
+  if (!list.empty()) {
+    throw UsageError("--checkpoint " + o.checkpoint + " was trained with " + list +
+                     "; pass the flags of the training run");
+  }
+}
+
+// The untrained model's seed: --seed, else the training run's ("config.seed"), else 1.
+std::uint64_t untrained_seed(const nn::Metadata& recorded, const Options& o) {
+  if (o.seed) return *o.seed;
+  const auto it = recorded.find("config.seed");
+  if (it == recorded.end()) return 1;
+  const std::string& value = it->second;
+  std::uint64_t seed = 0;
+  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seed);
+  if (ec != std::errc() || ptr != value.data() + value.size()) {
+    throw UsageError("--checkpoint " + o.checkpoint + " records the seed '" + value +
+                     "', not a number; pass --seed");
+  }
+  return seed;
+}
+
+// Opens the checkpoint into the model the flags describe and builds its untrained twin.
+//
+// This is the one place that knows how the model is rebuilt. With checkpoints that record their
+// model, nn::load_model (nn/io/model_file.h) replaces the flags: its body becomes
+//   nn::LoadedModel loaded = nn::load_model(o.checkpoint, device);
+//   m.config = loaded.config();
+//   m.trained = loaded.as<nn::MaskedLM>();
+//   m.seed = untrained_seed(loaded.metadata, o);
+//   manual_seed(m.seed);
+//   m.untrained = nn::make_model<nn::MaskedLM>(loaded.description);
+// and the model flags, check_model_flags and make_model above can go.
+Models open_models(const Options& o, Device device) {
+  Models m;
+  m.config = train::encoder_config(o.model, o.seq_len);
+  const nn::SafetensorsFile file = nn::load_safetensors(o.checkpoint);
+  check_model_flags(file.metadata, o, m.config);
+  m.seed = untrained_seed(file.metadata, o);
+  m.trained = make_model(m.config, o, m.seed, device);
+  nn::load_checkpoint(file, o.checkpoint, *m.trained);
+  m.untrained = make_model(m.config, o, m.seed, device);
+  return m;
+}
+
+// --- The input. ---
+
+// The text as token sequences [B, n]: one sequence of the whole text when it is at most
+// --seq-len bytes, otherwise up to --sequences chunks of --seq-len bytes spread evenly over it
+// (the tail shorter than a chunk is left out). No padding, so every row of P is a real query.
+Tensor input_tokens(const Options& o, std::string& text) {
+  if (!o.data.empty()) {
+    try {
+      text = nn::data::load_text(o.data);
+    } catch (const tinyformer::Error& e) {
+      throw UsageError(std::string("--data: ") + e.what());
+    }
+  } else {
+    text = o.text;
+  }
+  std::vector<std::int64_t> ids = ByteTokenizer::encode(text);
+  if (ids.size() < 2) throw UsageError("the text has fewer than 2 bytes; give a longer one");
+  const auto count = static_cast<std::int64_t>(ids.size());
+  if (count <= o.seq_len) return from<std::int64_t>(ids, {1, count});
+  const nn::data::TokenChunks chunks(std::move(ids), o.seq_len);
+  const std::int64_t used = std::min(chunks.size(), o.sequences);
+  std::vector<std::int64_t> indices;
+  for (std::int64_t i = 0; i < used; ++i) indices.push_back(i * chunks.size() / used);
+  return chunks.batch(indices);
+}
+
+// The first bytes of the text, printable, for titles.
+std::string excerpt(const std::string& text, std::size_t length) {
+  std::string out;
+  for (unsigned char c : text.substr(0, length)) out += c >= 32 && c < 127 ? char(c) : ' ';
+  return text.size() > length ? out + "..." : out;
+}
+
+// --- The outputs. ---
+
+void write_spectrum_csv(const std::string& path, const std::vector<nn::NamedSpectra>& models) {
+  std::ofstream csv(path);
+  if (!csv) throw UsageError("--out: cannot write " + path);
+  csv << "model,layer,head,index,singular_value,cumulative\n";
+  char line[160];
+  for (const nn::NamedSpectra& model : models) {
+    for (std::size_t l = 0; l < model.layers.size(); ++l) {
+      for (std::size_t h = 0; h < model.layers[l].size(); ++h) {
+        const nn::HeadSpectrum& s = model.layers[l][h];
+        for (std::size_t i = 0; i < s.cumulative.size(); ++i) {
+          std::snprintf(line, sizeof line, "%s,%zu,%zu,%zu,%.6g,%.6f\n", model.name.c_str(), l, h,
+                        i + 1, s.singular_values[i], s.cumulative[i]);
+          csv << line;
+        }
+      }
+    }
+  }
+  if (!csv.flush()) throw UsageError("--out: cannot write " + path);
+}
+
+void print_summary(const std::vector<nn::NamedSpectra>& models, std::vector<std::size_t> counts,
+                   std::int64_t sequences) {
+  // Each layer has min(n, m) values: n for full attention, k for Linformer.
+  std::vector<std::size_t> values;
+  for (const auto& heads : models[0].layers) values.push_back(heads[0].cumulative.size());
+  const std::size_t most = *std::max_element(values.begin(), values.end());
+  std::erase_if(counts, [&](std::size_t k) { return k > most; });  // 1 by definition
+  std::string of = std::to_string(most);
+  if (std::any_of(values.begin(), values.end(), [&](std::size_t v) { return v != most; })) {
+    of = "each layer's";
+    for (std::size_t l = 0; l < values.size(); ++l) {
+      of += (l ? ", " : " (") + std::to_string(values[l]);
+    }
+    of += ")";
+  }
+  std::printf(
+      "share of the singular-value mass in the first k of %s values (mean over %lld "
+      "sequence%s):\n",
+      of.c_str(), static_cast<long long>(sequences), sequences == 1 ? "" : "s");
+  std::printf("%-10s %5s %4s", "model", "layer", "head");
+  for (std::size_t k : counts) std::printf(" %7s", ("k=" + std::to_string(k)).c_str());
+  std::printf("\n");
+  for (const nn::NamedSpectra& model : models) {
+    for (std::size_t l = 0; l < model.layers.size(); ++l) {
+      for (std::size_t h = 0; h < model.layers[l].size(); ++h) {
+        std::printf("%-10s %5zu %4zu", model.name.c_str(), l, h);
+        for (std::size_t k : counts) {
+          std::printf(" %7.3f", nn::mass_in_first(model.layers[l][h], k));
+        }
+        std::printf("\n");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::optional<Options> parsed = parse_options(argc, argv);
+    if (!parsed) return 0;  // --help
+    const Options& o = *parsed;
+    train::RunFlags run;
+    run.device = o.device;
+    run.threads = o.threads;
+    const Device device = train::setup_device(run);
+    const Models models = open_models(o, device);
+    std::string text;
+    const Tensor tokens = input_tokens(o, text).to(device);  // [B, n]
+    train::check_writable((fs::path(o.out) / "spectrum.csv").string(), "--out");
+    const std::int64_t sequences = tokens.size(0), n = tokens.size(1);
+    std::printf("model: MaskedLM, %s, from %s (untrained: seed %llu)\n",
+                train::describe(models.config).c_str(), o.checkpoint.c_str(),
+                static_cast<unsigned long long>(models.seed));
+    std::printf("input: %lld sequence%s of %lld bytes from %s\n", static_cast<long long>(sequences),
+                sequences == 1 ? "" : "s", static_cast<long long>(n),
+                o.data.empty() ? "--text" : o.data.c_str());
+
+    // --- Attention maps of the first sequence, every layer, trained and untrained. ---
+    const bool linformer = models.config.attention == nn::AttentionKind::linformer;
+    const std::string key_label = linformer ? "compressed row" : "key position";
+    const std::string quote = "\"" + excerpt(text, 40) + "\"";
+    std::vector<std::string> written;
+    const std::vector<Tensor> trained_maps = nn::attention_maps(*models.trained, tokens);
+    const std::vector<Tensor> untrained_maps = nn::attention_maps(*models.untrained, tokens);
+    for (const auto& [maps, prefix] : {std::pair{&trained_maps, std::string("trained")},
+                                       std::pair{&untrained_maps, std::string("untrained")}}) {
+      for (std::size_t l = 0; l < maps->size(); ++l) {
+        const Tensor& probs = (*maps)[l];  // [B, H, n, n or k]
+        const std::string png =
+            (fs::path(o.out) / (prefix + "_attention_layer" + std::to_string(l) + ".png")).string();
+        const std::string title = prefix + " model, layer " + std::to_string(l) + ", " +
+                                  std::to_string(n) + " x " + std::to_string(probs.size(3)) +
+                                  " per head: " + quote;
+        nn::plot_attention(png, probs.select(0, 0), title, key_label);
+        written.push_back(png);
+      }
+    }
+
+    // --- Spectra over every sequence, trained against untrained. ---
+    const std::vector<nn::NamedSpectra> spectra = {
+        {"trained", nn::encoder_spectrum(*models.trained, tokens)},
+        {"untrained", nn::encoder_spectrum(*models.untrained, tokens)}};
+    const std::string csv = (fs::path(o.out) / "spectrum.csv").string();
+    const std::string png = (fs::path(o.out) / "spectrum.png").string();
+    write_spectrum_csv(csv, spectra);
+    nn::plot_spectra(png, spectra,
+                     "spectrum of P: " + train::describe(models.config) +
+                         ", n = " + std::to_string(n) + ", mean over " + std::to_string(sequences) +
+                         " sequences",
+                     static_cast<std::size_t>(o.mark));
+    written.push_back(csv);
+    written.push_back(png);
+
+    print_summary(spectra, parse_counts(o.mass_at), sequences);
+    for (const std::string& file : written) std::printf("wrote %s\n", file.c_str());
+    return 0;
+  } catch (...) {
+    return train::report_error(kProgram, std::current_exception());
+  }
+}

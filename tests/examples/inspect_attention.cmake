@@ -1,0 +1,152 @@
+# ctest: inspect_attention on checkpoints of a few train_mlm steps on a tiny text, one Linformer
+# model and one with full attention. It must write every layer's heat maps and the spectrum as
+# PNG and CSV; the CSV must hold, for the trained and the untrained model, every layer and head
+# with min(n, k) values each, cumulative sums that never fall, stay in [0, 1] and end at 1.
+# Checkpoint flags that disagree with the model flags, and no text, are one-line errors.
+#   cmake -DTRAIN_MLM=<binary> -DINSPECT=<binary> -DWORK_DIR=<scratch dir> -P inspect_attention.cmake
+include(${CMAKE_CURRENT_LIST_DIR}/tiny_corpus.cmake)
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+write_tiny_corpus(${WORK_DIR}/tiny.txt)
+
+function(run_checked)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(out "${out}" PARENT_SCOPE)
+endfunction()
+
+# Checks spectrum.csv in `dir`: `layers` x `heads` groups per model, `values` values per group.
+function(check_spectrum dir layers heads values)
+  file(STRINGS ${dir}/spectrum.csv rows)
+  list(POP_FRONT rows header)
+  if(NOT header STREQUAL "model,layer,head,index,singular_value,cumulative")
+    message(FATAL_ERROR "spectrum.csv: unexpected header '${header}'")
+  endif()
+  math(EXPR expected_rows "2 * ${layers} * ${heads} * ${values}")
+  list(LENGTH rows count)
+  if(NOT count EQUAL expected_rows)
+    message(FATAL_ERROR "spectrum.csv: ${count} rows, expected ${expected_rows}")
+  endif()
+  set(group "")
+  set(groups 0)
+  foreach(row IN LISTS rows)
+    string(REPLACE "," ";" fields "${row}")
+    list(LENGTH fields nfields)
+    if(NOT nfields EQUAL 6)
+      message(FATAL_ERROR "spectrum.csv: malformed row '${row}'")
+    endif()
+    list(GET fields 0 model)
+    list(GET fields 1 layer)
+    list(GET fields 2 head)
+    list(GET fields 3 index)
+    list(GET fields 4 value)
+    list(GET fields 5 cumulative)
+    if(NOT model MATCHES "^(trained|untrained)$" OR NOT layer MATCHES "^[0-9]+$"
+       OR NOT head MATCHES "^[0-9]+$" OR NOT index MATCHES "^[0-9]+$"
+       OR NOT cumulative MATCHES "^[0-9.]+$")
+      message(FATAL_ERROR "spectrum.csv: malformed row '${row}'")
+    endif()
+    if(NOT "${model},${layer},${head}" STREQUAL group)
+      if(NOT group STREQUAL "" AND NOT previous_index EQUAL values)
+        message(FATAL_ERROR "spectrum.csv: ${group} has ${previous_index} values, not ${values}")
+      endif()
+      if(NOT group STREQUAL "" AND (previous GREATER 1.000001 OR previous LESS 0.999999))
+        message(FATAL_ERROR "spectrum.csv: ${group} ends at ${previous}, not 1")
+      endif()
+      set(group "${model},${layer},${head}")
+      math(EXPR groups "${groups} + 1")
+      set(previous_index 0)
+      set(previous 0)
+    endif()
+    math(EXPR next_index "${previous_index} + 1")
+    if(NOT index EQUAL next_index)
+      message(FATAL_ERROR "spectrum.csv: ${group}: index ${index} after ${previous_index}")
+    endif()
+    if(cumulative LESS previous OR cumulative GREATER 1.000001)
+      message(FATAL_ERROR "spectrum.csv: ${group}: cumulative ${cumulative} after ${previous}")
+    endif()
+    set(previous_index ${index})
+    set(previous ${cumulative})
+  endforeach()
+  if(NOT previous_index EQUAL values OR previous LESS 0.999999)
+    message(FATAL_ERROR "spectrum.csv: ${group} has ${previous_index} values ending at ${previous}")
+  endif()
+  math(EXPR expected_groups "2 * ${layers} * ${heads}")
+  if(NOT groups EQUAL expected_groups)
+    message(FATAL_ERROR "spectrum.csv: ${groups} model/layer/head groups, expected ${expected_groups}")
+  endif()
+endfunction()
+
+function(check_files dir layers)
+  math(EXPR last "${layers} - 1")
+  set(files spectrum.csv spectrum.png)
+  foreach(l RANGE 0 ${last})
+    list(APPEND files trained_attention_layer${l}.png untrained_attention_layer${l}.png)
+  endforeach()
+  foreach(file IN LISTS files)
+    if(NOT EXISTS ${dir}/${file})
+      message(FATAL_ERROR "inspect_attention wrote no ${dir}/${file}")
+    endif()
+    file(SIZE ${dir}/${file} size)
+    if(size EQUAL 0)
+      message(FATAL_ERROR "${dir}/${file} is empty")
+    endif()
+  endforeach()
+  file(GLOB pngs ${dir}/*.png)
+  foreach(png IN LISTS pngs)
+    file(READ ${png} magic LIMIT 4 HEX)
+    if(NOT magic STREQUAL "89504e47")
+      message(FATAL_ERROR "${png} is not a PNG")
+    endif()
+  endforeach()
+endfunction()
+
+# Linformer (train_mlm's default attention, k = 8) with 2 layers: maps n x k, 8 values per head.
+set(linformer --seq-len 32 --layers 2 --d-model 32 --heads 2 --d-ff 64 --k 8)
+run_checked(${TRAIN_MLM} --data ${WORK_DIR}/tiny.txt ${linformer} --batch 8 --steps 4
+  --eval-every 2 --eval-sequences 8 --threads 1 --checkpoint ${WORK_DIR}/linformer.safetensors)
+run_checked(${INSPECT} --checkpoint ${WORK_DIR}/linformer.safetensors ${linformer}
+  --data ${WORK_DIR}/tiny.txt --sequences 3 --mass-at 1,4,8 --threads 1
+  --out ${WORK_DIR}/linformer)
+foreach(expected "3 sequences of 32 bytes" "k=4" "trained        1    1" "untrained      0    0")
+  string(FIND "${out}" "${expected}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "inspect_attention's output lacks '${expected}':\n${out}")
+  endif()
+endforeach()
+check_files(${WORK_DIR}/linformer 2)
+check_spectrum(${WORK_DIR}/linformer 2 2 8)
+
+# Full attention, one layer, and a text shorter than --seq-len: one sequence of its 20 bytes,
+# so maps of 20 x 20 and 20 values per head.
+set(full --attention full --seq-len 32 --layers 1 --d-model 32 --heads 2 --d-ff 64)
+run_checked(${TRAIN_MLM} --data ${WORK_DIR}/tiny.txt ${full} --batch 8 --steps 4
+  --eval-every 2 --eval-sequences 8 --threads 1 --checkpoint ${WORK_DIR}/full.safetensors)
+run_checked(${INSPECT} --checkpoint ${WORK_DIR}/full.safetensors ${full}
+  --text "the cat sees a book." --threads 1 --out ${WORK_DIR}/full)
+check_files(${WORK_DIR}/full 1)
+check_spectrum(${WORK_DIR}/full 1 2 20)
+
+# Bad input: non-zero exit and one line on stderr naming the problem.
+function(expect_failure name expect)
+  execute_process(COMMAND ${INSPECT} ${ARGN} --out ${WORK_DIR}/${name}
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(STRIP "${err}" err)
+  string(FIND "${err}" "\n" newline)
+  string(FIND "${err}" "${expect}" at)
+  if(rc EQUAL 0 OR NOT newline EQUAL -1 OR at EQUAL -1)
+    message(FATAL_ERROR "${name}: expected a failure with one line containing '${expect}', "
+      "got status ${rc}:\n${out}\n${err}")
+  endif()
+  if(EXISTS ${WORK_DIR}/${name}/spectrum.csv)
+    message(FATAL_ERROR "${name}: a spectrum was written despite the error")
+  endif()
+endfunction()
+expect_failure(other_flags "trained with --attention full (here linformer)"
+  --checkpoint ${WORK_DIR}/full.safetensors --seq-len 32 --layers 1 --d-model 32 --heads 2
+  --d-ff 64 --text "some text")
+expect_failure(no_text "--text" --checkpoint ${WORK_DIR}/full.safetensors ${full})
+expect_failure(missing_checkpoint "no-such" --checkpoint ${WORK_DIR}/no-such.safetensors ${full}
+  --text "some text")
