@@ -6,12 +6,10 @@
 // mass in the first k values to stdout. docs/inspect.md shows and explains the figures.
 //
 //   inspect_attention --checkpoint train_mlm.safetensors --data text.txt
-//   inspect_attention --checkpoint full.safetensors --attention full --text "Some text..."
-//   inspect_attention --checkpoint run.safetensors --layers 4 --k 64 --out figures/run
+//   inspect_attention --checkpoint full.safetensors --text "Some text..." --out figures/full
 //
-// The model flags are train_mlm's: pass the ones the checkpoint was trained with (none for a
-// run with train_mlm's defaults). The configuration the checkpoint records is checked against
-// them, so a mismatch is a clear error, not a confusing shape error.
+// The model comes from the checkpoint alone (nn::load_model reads the description train_mlm
+// saves with it), so no model flag is repeated here.
 #include <tinyformer/tinyformer.h>
 
 #include <algorithm>
@@ -33,13 +31,11 @@ namespace {
 constexpr const char* kProgram = "inspect_attention";
 
 struct Options {
-  train::ModelFlags model = train::mlm_model_flags();
   std::string checkpoint = "train_mlm.safetensors";
   std::string text;
   std::string data;
   std::string out = "inspect_attention";
-  std::int64_t seq_len = 128;
-  std::string positions = "learned";
+  std::int64_t seq_len = 0;           // 0: the model's max_seq_len
   std::optional<std::uint64_t> seed;  // unset: the checkpoint's training seed
   std::int64_t sequences = 16;
   std::string mass_at = "1,8,16,32,64";
@@ -74,12 +70,9 @@ std::optional<Options> parse_options(int argc, char** argv) {
   app.add_option("--data", o.data, "A text file to run the model on")->excludes(text);
   app.add_option("--out", o.out, "Directory for the PNG and CSV files")->capture_default_str();
   app.add_option("--seq-len", o.seq_len,
-                 "The training run's --seq-len; the text is cut into sequences of this length")
-      ->check(train::positive())
-      ->capture_default_str();
-  app.add_option("--positions", o.positions, "The training run's --positions")
-      ->check(CLI::IsMember({"learned", "sinusoidal"}))
-      ->capture_default_str();
+                 "The text is cut into sequences of this length (default: the model's longest, "
+                 "the training run's --seq-len)")
+      ->check(train::positive());
   app.add_option("--seed", o.seed,
                  "Seed of the untrained model's initialisation (default: the checkpoint's "
                  "training seed, so the untrained model is the trained one at step 0)");
@@ -98,7 +91,6 @@ std::optional<Options> parse_options(int argc, char** argv) {
   app.add_option("--device", o.device, "cpu or cuda[:N]")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0: OpenMP's default)")
       ->check(train::non_negative());
-  train::add_model_flags(app, o.model);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -124,40 +116,6 @@ struct Models {
   std::uint64_t seed = 1;  // of the untrained model
 };
 
-std::shared_ptr<nn::MaskedLM> make_model(const nn::EncoderConfig& config, const Options& o,
-                                         std::uint64_t seed, Device device) {
-  // As train_mlm builds its model: the seed, then the constructor, so that the same seed gives
-  // the same initial weights.
-  manual_seed(seed);
-  auto model = std::make_shared<nn::MaskedLM>(
-      config, ByteTokenizer::vocab_size, /*tie_weights=*/true,
-      o.positions == "learned" ? nn::PositionEncoding::learned : nn::PositionEncoding::sinusoidal);
-  model->to(device);
-  model->eval();
-  return model;
-}
-
-// Throws a UsageError naming every model flag that the checkpoint's "config.*" entries
-// (train_mlm's run metadata) disagree with, as "--attention full (here linformer)". Entries the
-// checkpoint lacks are not checked.
-void check_model_flags(const nn::Metadata& recorded, const Options& o,
-                       const nn::EncoderConfig& config) {
-  nn::Metadata expected = train::model_metadata(o.model);
-  train::put(expected, "config.positions", o.positions);
-  train::put(expected, "config.max-seq-len", config.max_seq_len);
-  std::string list;
-  for (const auto& [key, value] : expected) {
-    const auto it = recorded.find(key);
-    if (it == recorded.end() || it->second == value) continue;
-    list += (list.empty() ? "--" : ", --") + key.substr(key.find('.') + 1) + " " + it->second +
-            " (here " + value + ")";
-  }
-  if (!list.empty()) {
-    throw UsageError("--checkpoint " + o.checkpoint + " was trained with " + list +
-                     "; pass the flags of the training run");
-  }
-}
-
 // The untrained model's seed: --seed, else the training run's ("config.seed"), else 1.
 std::uint64_t untrained_seed(const nn::Metadata& recorded, const Options& o) {
   if (o.seed) return *o.seed;
@@ -173,26 +131,30 @@ std::uint64_t untrained_seed(const nn::Metadata& recorded, const Options& o) {
   return seed;
 }
 
-// Opens the checkpoint into the model the flags describe and builds its untrained twin.
-//
-// This is the one place that knows how the model is rebuilt. With checkpoints that record their
-// model, nn::load_model (nn/io/model_file.h) replaces the flags: its body becomes
-//   nn::LoadedModel loaded = nn::load_model(o.checkpoint, device);
-//   m.config = loaded.config();
-//   m.trained = loaded.as<nn::MaskedLM>();
-//   m.seed = untrained_seed(loaded.metadata, o);
-//   manual_seed(m.seed);
-//   m.untrained = nn::make_model<nn::MaskedLM>(loaded.description);
-// and the model flags, check_model_flags and make_model above can go.
-Models open_models(const Options& o, Device device) {
+// Opens the checkpoint's model (nn::load_model: its description is in the file) and builds its
+// untrained twin: the same description, built after seeding the generator with the training seed,
+// as train_mlm builds its model, so that it is the trained model at step 0.
+Models open_models(Options& o, Device device) {
   Models m;
-  m.config = train::encoder_config(o.model, o.seq_len);
-  const nn::SafetensorsFile file = nn::load_safetensors(o.checkpoint);
-  check_model_flags(file.metadata, o, m.config);
-  m.seed = untrained_seed(file.metadata, o);
-  m.trained = make_model(m.config, o, m.seed, device);
-  nn::load_checkpoint(file, o.checkpoint, *m.trained);
-  m.untrained = make_model(m.config, o, m.seed, device);
+  const nn::LoadedModel loaded = nn::load_model(o.checkpoint, device);
+  if (loaded.kind() != nn::ModelKind::masked_lm) {
+    throw UsageError("--checkpoint " + o.checkpoint + " holds a " +
+                     nn::model_kind_name(loaded.kind()) +
+                     "; inspect_attention reads masked LMs (train_mlm's checkpoints)");
+  }
+  m.config = loaded.config();
+  if (o.seq_len == 0) o.seq_len = m.config.max_seq_len;
+  if (o.seq_len > m.config.max_seq_len) {
+    throw UsageError("--seq-len " + std::to_string(o.seq_len) + " is longer than the model's " +
+                     std::to_string(m.config.max_seq_len) + " positions; use at most that");
+  }
+  m.trained = loaded.as<nn::MaskedLM>();
+  m.trained->eval();
+  m.seed = untrained_seed(loaded.metadata, o);
+  manual_seed(m.seed);
+  m.untrained = nn::make_model<nn::MaskedLM>(loaded.description);
+  m.untrained->to(device);
+  m.untrained->eval();
   return m;
 }
 
@@ -290,14 +252,14 @@ void print_summary(const std::vector<nn::NamedSpectra>& models, std::vector<std:
 
 int main(int argc, char** argv) {
   try {
-    const std::optional<Options> parsed = parse_options(argc, argv);
+    std::optional<Options> parsed = parse_options(argc, argv);
     if (!parsed) return 0;  // --help
-    const Options& o = *parsed;
+    Options& o = *parsed;
     train::RunFlags run;
     run.device = o.device;
     run.threads = o.threads;
     const Device device = train::setup_device(run);
-    const Models models = open_models(o, device);
+    const Models models = open_models(o, device);  // also settles --seq-len
     std::string text;
     const Tensor tokens = input_tokens(o, text).to(device);  // [B, n]
     train::check_writable((fs::path(o.out) / "spectrum.csv").string(), "--out");

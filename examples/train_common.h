@@ -2,8 +2,7 @@
 // and training flags, the encoder configuration and the nn::TrainingRun options built from them,
 // as CLI11 options. What a program of any argument parser needs (flag checks, the device, error
 // reports) is in the library (nn/train/program.h). The training loops themselves stay in each
-// program's main, in plain sight. inspect_attention uses the model flags to rebuild train_mlm's
-// model.
+// program's main, in plain sight.
 #pragma once
 
 #include <tinyformer/tinyformer.h>
@@ -42,8 +41,7 @@ struct ModelFlags {
 };
 
 // train_mlm's model: the defaults above with its measured choices (mean pooling, d_model 64,
-// d_ff 256, no dropout). inspect_attention starts from the same, so both rebuild the same model
-// from the same flags.
+// d_ff 256, no dropout).
 ModelFlags mlm_model_flags();
 
 // The optimisation and bookkeeping flags.

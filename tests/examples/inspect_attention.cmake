@@ -107,7 +107,7 @@ endfunction()
 set(linformer --seq-len 32 --layers 2 --d-model 32 --heads 2 --d-ff 64 --k 8)
 run_checked(${TRAIN_MLM} --data ${WORK_DIR}/tiny.txt ${linformer} --batch 8 --steps 4
   --eval-every 2 --eval-sequences 8 --threads 1 --checkpoint ${WORK_DIR}/linformer.safetensors)
-run_checked(${INSPECT} --checkpoint ${WORK_DIR}/linformer.safetensors ${linformer}
+run_checked(${INSPECT} --checkpoint ${WORK_DIR}/linformer.safetensors
   --data ${WORK_DIR}/tiny.txt --sequences 3 --mass-at 1,4,8 --threads 1
   --out ${WORK_DIR}/linformer)
 foreach(expected "3 sequences of 32 bytes" "k=4" "trained        1    1" "untrained      0    0")
@@ -124,7 +124,7 @@ check_spectrum(${WORK_DIR}/linformer 2 2 8)
 set(full --attention full --seq-len 32 --layers 1 --d-model 32 --heads 2 --d-ff 64)
 run_checked(${TRAIN_MLM} --data ${WORK_DIR}/tiny.txt ${full} --batch 8 --steps 4
   --eval-every 2 --eval-sequences 8 --threads 1 --checkpoint ${WORK_DIR}/full.safetensors)
-run_checked(${INSPECT} --checkpoint ${WORK_DIR}/full.safetensors ${full}
+run_checked(${INSPECT} --checkpoint ${WORK_DIR}/full.safetensors
   --text "the cat sees a book." --threads 1 --out ${WORK_DIR}/full)
 check_files(${WORK_DIR}/full 1)
 check_spectrum(${WORK_DIR}/full 1 2 20)
@@ -144,9 +144,8 @@ function(expect_failure name expect)
     message(FATAL_ERROR "${name}: a spectrum was written despite the error")
   endif()
 endfunction()
-expect_failure(other_flags "trained with --attention full (here linformer)"
-  --checkpoint ${WORK_DIR}/full.safetensors --seq-len 32 --layers 1 --d-model 32 --heads 2
-  --d-ff 64 --text "some text")
-expect_failure(no_text "--text" --checkpoint ${WORK_DIR}/full.safetensors ${full})
-expect_failure(missing_checkpoint "no-such" --checkpoint ${WORK_DIR}/no-such.safetensors ${full}
+expect_failure(too_long "longer than the model's 32 positions"
+  --checkpoint ${WORK_DIR}/full.safetensors --seq-len 64 --text "some text")
+expect_failure(no_text "--text" --checkpoint ${WORK_DIR}/full.safetensors)
+expect_failure(missing_checkpoint "no-such" --checkpoint ${WORK_DIR}/no-such.safetensors
   --text "some text")
