@@ -10,6 +10,7 @@
 #include "core/random.h"
 #include "core/tensor.h"
 #include "nn/attention.h"
+#include "nn/block.h"
 #include "nn/config.h"
 #include "nn/container.h"
 #include "nn/embedding.h"

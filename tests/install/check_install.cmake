@@ -82,3 +82,19 @@ if(ldd)
     message(STATUS "check_install: OpenBLAS resolves to ${openblas}")
   endif()
 endif()
+
+# The extension example (a custom feed-forward registered by name) builds against the installed
+# headers alone: a second outside project with examples/custom_layer.cpp as its one source.
+set(extension ${WORK_DIR}/extension)
+file(MAKE_DIRECTORY ${extension}/src)
+file(WRITE ${extension}/src/CMakeLists.txt
+  "cmake_minimum_required(VERSION 3.25)\n"
+  "project(tinyformer_extension LANGUAGES CXX)\n"
+  "find_package(tinyformer CONFIG REQUIRED)\n"
+  "add_executable(custom_layer ${PROJECT_DIR}/../custom_layer.cpp)\n"
+  "target_link_libraries(custom_layer PRIVATE tinyformer::tinyformer)\n")
+run("configure examples/custom_layer.cpp" ${CMAKE_COMMAND} ${generator_args} -S ${extension}/src
+    -B ${extension}/build -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
+    ${compiler_args})
+run("build examples/custom_layer.cpp" ${CMAKE_COMMAND} --build ${extension}/build
+    --config ${BUILD_TYPE})
