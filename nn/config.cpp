@@ -110,7 +110,7 @@ void validate(const EncoderConfig& c) {
     if (spec.attention != AttentionKind::linformer) continue;
     const LinformerConfig& lin = spec.linformer;
     if (!lin.projection_name.empty())
-      check_registered(lin.projection_name, projections,
+      check_registered(canonical_projection_name(lin.projection_name), projections,
                        "layer " + std::to_string(l) + "'s projection_name", "register_projection");
     TF_CHECK(
         lin.k_per_layer.empty() || static_cast<std::int64_t>(lin.k_per_layer.size()) == c.layers,
@@ -120,8 +120,9 @@ void validate(const EncoderConfig& c) {
     TF_CHECK(k > 0 && k <= c.max_seq_len, "EncoderConfig: layer ", l, " has k=", k,
              ", expected 0 < k <= max_seq_len (", c.max_seq_len, ")");
     if (lin.sharing == Sharing::layerwise) {
-      const std::string kind =
-          lin.projection_name.empty() ? projection_name(lin.projection) : lin.projection_name;
+      const std::string kind = lin.projection_name.empty()
+                                   ? projection_name(lin.projection)
+                                   : canonical_projection_name(lin.projection_name);
       TF_CHECK(shared_k < 0 || (shared_k == k && shared_kind == kind),
                "EncoderConfig: layerwise sharing uses one projection for every layer, so every "
                "layer needs the same k and kind; layer ",

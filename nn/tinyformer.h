@@ -19,6 +19,7 @@
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/linear.h"
+#include "nn/metrics.h"
 #include "nn/models.h"
 #include "nn/module.h"
 #include "nn/optim.h"
