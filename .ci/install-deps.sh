@@ -8,7 +8,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev    # oneDNN; its CMake package asks for OpenCL
   libopenblas-openmp-dev            # OpenBLAS built with OpenMP: one thread pool with oneDNN
   doctest-dev nlohmann-json3-dev    # tests, and the PyTorch reference fixtures they read
-  libcli11-dev libfmt-dev gnuplot-nox
+  libcli11-dev gnuplot-nox
   libopenmpi-dev openmpi-bin        # distributed training (nn/distributed/) and its 2-rank tests
   clang libclang-rt-dev libomp-dev  # the fuzzing stage: clang, its libFuzzer runtime, its OpenMP
 )

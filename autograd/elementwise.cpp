@@ -25,6 +25,24 @@ Tensor scalar_like(const Tensor& t, double value) {
   return scalar_tensor(value, {.dtype = t.dtype(), .device = t.device()});
 }
 
+// A tensor and a double, brought to one dtype for a comparison: the tensor's, unless an int64 or
+// bool tensor meets a value its dtype cannot hold exactly; then both in float64.
+std::pair<Tensor, Tensor> comparison_operands(const Tensor& t, double value) {
+  TF_CHECK(t.defined(), "comparison: expected a defined tensor, got an undefined Tensor");
+  const DType dtype = t.dtype();
+  bool exact = is_floating(dtype);
+  if (dtype == DType::int64) {
+    // [-2^63, 2^63): the doubles that convert to an int64 without overflow.
+    exact = value >= -9223372036854775808.0 && value < 9223372036854775808.0 &&
+            static_cast<double>(static_cast<std::int64_t>(value)) == value;
+  } else if (dtype == DType::boolean) {
+    exact = value == 0.0 || value == 1.0;
+  }
+  if (exact) return {t, scalar_like(t, value)};
+  return {t.to(DType::float64),
+          scalar_tensor(value, {.dtype = DType::float64, .device = t.device()})};
+}
+
 // out[i] = op(a[i], b[i]) over the broadcast shape; no graph.
 Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_name(op);
@@ -225,5 +243,20 @@ Tensor operator*(double a, const Tensor& b) {
 Tensor operator/(double a, const Tensor& b) {
   return div(scalar_like(b, a), b);
 }
+
+#define TF_DEFINE_COMPARISON(name, symbol)                   \
+  Tensor operator symbol(const Tensor& a, const Tensor& b) { \
+    return name(a, b);                                       \
+  }                                                          \
+  Tensor operator symbol(const Tensor& a, double b) {        \
+    const auto [t, s] = comparison_operands(a, b);           \
+    return name(t, s);                                       \
+  }                                                          \
+  Tensor operator symbol(double a, const Tensor& b) {        \
+    const auto [tensor, scalar] = comparison_operands(b, a); \
+    return name(scalar, tensor);                             \
+  }
+TF_COMPARISON_OPERATORS(TF_DEFINE_COMPARISON)
+#undef TF_DEFINE_COMPARISON
 
 }  // namespace tinyformer

@@ -37,7 +37,8 @@ enum class GeluApproximation { none, tanh };
 // Gimpel, as gelu_tanh(x).
 Tensor gelu(const Tensor& x, GeluApproximation approximate);
 
-// Comparisons give boolean tensors and have no gradient.
+// Comparisons (the comparison rows of core/elementwise.def) give boolean tensors and have no
+// gradient. The operators below call them.
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
 Tensor lt(const Tensor& a, const Tensor& b);
@@ -64,5 +65,18 @@ Tensor operator+(double a, const Tensor& b);
 Tensor operator-(double a, const Tensor& b);
 Tensor operator*(double a, const Tensor& b);
 Tensor operator/(double a, const Tensor& b);
+
+// Comparison operators: a == b, a != b, a < b, a <= b, a > b, a >= b, between two tensors
+// (broadcast, same dtype) or a tensor and a double on either side; bool results, no gradient,
+// as PyTorch. A double is compared in the tensor's dtype, except that an int64 or bool tensor
+// meets a value it cannot hold exactly (x < 0.5, mask == 2) in float64, so the answer is the
+// mathematical one rather than the one of a truncated value.
+#define TF_COMPARISON_OPERATORS(X) X(eq, ==) X(ne, !=) X(lt, <) X(le, <=) X(gt, >) X(ge, >=)
+#define TF_DECLARE_COMPARISON(name, symbol)                 \
+  Tensor operator symbol(const Tensor& a, const Tensor& b); \
+  Tensor operator symbol(const Tensor& a, double b);        \
+  Tensor operator symbol(double a, const Tensor& b);
+TF_COMPARISON_OPERATORS(TF_DECLARE_COMPARISON)
+#undef TF_DECLARE_COMPARISON
 
 }  // namespace tinyformer

@@ -33,7 +33,18 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   const Tensor idx = raw::as_strided(ic, {n}, {1}, ic.offset());
   Tensor out = empty(out_shape, {.dtype = weight.dtype(), .device = weight.device()});
   if (out.numel() > 0) {
-    backend(weight.device()).index_select(weight, idx, raw::as_strided(out, {n, d}, {d, 1}, 0));
+    try {
+      backend(weight.device()).index_select(weight, idx, raw::as_strided(out, {n, d}, {d, 1}, 0));
+    } catch (const IndexOutOfRange& e) {
+      // The gather's own message would name index_select; the user gave token ids.
+      Shape at(indices.shape().size());  // the position as an index into `indices`
+      for (std::int64_t rest = e.position, dim = indices.dim() - 1; dim >= 0; --dim) {
+        at[static_cast<std::size_t>(dim)] = rest % indices.size(dim);
+        rest /= indices.size(dim);
+      }
+      fail("Embedding: token id ", e.value, " at ", shape_str(at), " is out of range [0, ", vocab,
+           ") (the embedding has ", vocab, " rows)");
+    }
   }
   Tensor saved_idx = save(idx);
   return record("embedding", out, {weight}, [saved_idx, vocab, n, d](const Tensor& g) {

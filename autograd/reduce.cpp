@@ -79,7 +79,17 @@ Tensor broadcast_back(const Tensor& g, const Shape& shape, const Shape& dims) {
 
 Tensor sum_or_mean(ReduceOp op, const Tensor& x, const Shape& dims_in, bool keepdim,
                    const char* name) {
-  check_input(x, name);
+  TF_CHECK(x.defined(), name, ": expected a defined tensor, got an undefined Tensor");
+  // As in PyTorch: the sum of int64 or bool elements is an int64 count (no gradient), and the
+  // mean of integers is refused rather than silently rounded or promoted.
+  if (op == ReduceOp::sum && x.dtype() == DType::boolean)
+    return sum_or_mean(op, x.to(DType::int64), dims_in, keepdim, name);
+  TF_CHECK(is_floating(x.dtype()) || (op == ReduceOp::sum && x.dtype() == DType::int64), name,
+           ": expected a floating tensor, got ", x.dtype(),
+           op == ReduceOp::mean && !is_floating(x.dtype())
+               ? " (the mean of integers or bools is not defined, as in PyTorch: take the mean "
+                 "of x.to(kFloat32))"
+               : "");
   const Shape dims = reduce_dims(x, dims_in, name);
   const Shape in_shape = x.shape();
   Tensor out = reduce_raw(op, x, dims);

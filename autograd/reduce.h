@@ -7,8 +7,12 @@
 
 namespace tinyformer {
 
+// The sum of a floating tensor has its dtype; of an int64 or bool tensor it is an int64 count
+// (sum(labels == predictions)), as in PyTorch.
 Tensor sum(const Tensor& x);  // over every element: a 0-dim tensor
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false);
+// Floating tensors only: the mean of int64 or bool is an Error, as in PyTorch (take
+// mean(x.to(kFloat32))).
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
 // Variance over dims; unbiased divides by (count - 1) as PyTorch's default does.

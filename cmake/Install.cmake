@@ -7,10 +7,15 @@ include(CMakePackageConfigHelpers)
 # matters for OpenBLAS: Debian's alternatives may point libopenblas.so.0 at the pthread build,
 # which would start a second thread pool beside OpenMP's; the RUNPATH pins the OpenMP build.
 set_target_properties(tinyformer PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+if(BUILD_SHARED_LIBS)
+  # libtinyformer_omp_wait_policy lies beside libtinyformer (see CMakeLists.txt).
+  set_target_properties(tinyformer PROPERTIES INSTALL_RPATH "$ORIGIN")
+endif()
 
 set(tinyformer_export_targets tinyformer)
 if(BUILD_SHARED_LIBS)
   set(TINYFORMER_PACKAGE_STATIC OFF)
+  list(APPEND tinyformer_export_targets tinyformer_omp_wait_policy)
 else()
   if(TINYFORMER_CUDA_ENABLED)
     message(FATAL_ERROR "a static libtinyformer with the CUDA backend is not packaged: build the "

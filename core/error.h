@@ -1,6 +1,7 @@
 // tinyformer::Error and the checks every public entry point uses to report bad input.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,19 @@ class Error : public std::runtime_error {
 class OutOfMemory : public Error {
  public:
   using Error::Error;
+};
+
+// An index outside the rows an op selects from (index_select, index_add). The message names the
+// op, the index and its position; an op that knows what the index stands for catches it and
+// says so (embedding: a token id outside the vocabulary).
+class IndexOutOfRange : public Error {
+ public:
+  IndexOutOfRange(const std::string& message, std::int64_t index, std::int64_t at,
+                  std::int64_t row_count)
+      : Error(message), value(index), position(at), rows(row_count) {}
+  std::int64_t value;     // the index
+  std::int64_t position;  // its position among the indices (row-major)
+  std::int64_t rows;      // the valid range is [0, rows)
 };
 
 namespace detail {

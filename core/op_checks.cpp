@@ -496,8 +496,10 @@ void check_nll_loss_backward_args(const Tensor& grad_loss, const Tensor& target,
 
 void fail_index_out_of_range(const char* op, std::int64_t value, std::int64_t position,
                              std::int64_t rows) {
-  fail(op, ": index ", value, " at position ", position, " is out of range for ", rows,
-       " rows (expected 0 <= index < ", rows, ")");
+  throw IndexOutOfRange(
+      detail::concat(op, ": index ", value, " at position ", position, " is out of range for ",
+                     rows, " rows (expected 0 <= index < ", rows, ")"),
+      value, position, rows);
 }
 
 void fail_target_out_of_range(const char* op, std::int64_t value, std::int64_t row,

@@ -47,6 +47,10 @@ Device Tensor::device() const {
   check_defined("device");
   return impl_->storage->device();
 }
+TensorOptions Tensor::options() const {
+  check_defined("options");
+  return {.dtype = impl_->dtype, .device = impl_->storage->device()};
+}
 const std::shared_ptr<Storage>& Tensor::storage() const {
   check_defined("storage");
   return impl_->storage;

@@ -49,6 +49,9 @@ class Tensor {
   std::int64_t numel() const;
   DType dtype() const;
   Device device() const;
+  // This tensor's dtype and device (requires_grad false), for a factory that should follow it:
+  // zeros({n}, x.options()), as PyTorch's x.options().
+  TensorOptions options() const;
   bool is_contiguous() const;
   const std::shared_ptr<Storage>& storage() const;
   // Pointer to the first element (storage data + offset); device memory for CUDA tensors.
@@ -133,6 +136,7 @@ Tensor empty(const Shape& shape, const TensorOptions& options = {});
 Tensor zeros(const Shape& shape, const TensorOptions& options = {});
 Tensor ones(const Shape& shape, const TensorOptions& options = {});
 Tensor full(const Shape& shape, double value, const TensorOptions& options = {});
+// The *_like factories take t's shape, dtype and device (never its requires_grad).
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor empty_like(const Tensor& t);

@@ -207,9 +207,10 @@ Case make_case(const Options& o, std::int64_t n, std::int64_t k, std::int64_t ba
   c.ours->to(dtype);
 
   const auto& a = *c.ours->attention;
-  const auto& ff = *c.ours->feed_forward;
-  const auto& ln1 = *c.ours->norm1;
-  const auto& ln2 = *c.ours->norm2;
+  // The standard parts: FeedForward and LayerNorm.
+  const auto& ff = dynamic_cast<const tf::nn::FeedForward&>(*c.ours->feed_forward);
+  const auto& ln1 = dynamic_cast<const tf::nn::LayerNorm&>(*c.ours->norm1);
+  const auto& ln2 = dynamic_cast<const tf::nn::LayerNorm&>(*c.ours->norm2);
   auto leaf = [](const tf::Tensor& t) { return to_torch(t).requires_grad_(); };
   HandLayer& h = c.hand;
   h.heads = o.heads;

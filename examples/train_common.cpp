@@ -49,7 +49,13 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_option("--k-schedule", f.k_schedule,
                  "Linformer: k per layer instead of --k: linear:k0,step,kmin (k_l = max(kmin, "
                  "k0 - l*step)), geometric:k0,ratio,kmin or an explicit list such as 128,96,64");
-  app.add_option("--projection", f.projection, "Linformer: projection kind (a registered name)")
+  // mean_pool and max_pool are taken as mean and max, the names a run records.
+  app.add_option("--projection", f.projection,
+                 "Linformer: projection kind (a registered name; mean_pool and max_pool are "
+                 "mean and max)")
+      ->transform(CLI::Transformer(std::map<std::string, std::string>{
+          {"mean_pool", nn::canonical_projection_name("mean_pool")},
+          {"max_pool", nn::canonical_projection_name("max_pool")}}))
       ->check(CLI::IsMember(nn::projection_names()))
       ->capture_default_str();
   app.add_option("--sharing", f.sharing,

@@ -6,6 +6,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "nn/block.h"
 
 namespace tinyformer::nn {
 
@@ -60,14 +61,31 @@ std::vector<std::int64_t> k_geometric_decay(std::int64_t layers, std::int64_t k0
 }
 
 LayerSpec layer_spec(const EncoderConfig& config, std::int64_t l) {
-  if (!config.per_layer.empty()) return config.per_layer[static_cast<std::size_t>(l)];
-  return {config.attention, config.linformer};
+  if (config.per_layer.empty())
+    return {config.attention, config.linformer, config.attention_module};
+  LayerSpec spec = config.per_layer[static_cast<std::size_t>(l)];
+  if (spec.attention_module.empty()) spec.attention_module = config.attention_module;
+  return spec;
 }
 
 std::int64_t layer_k(const LinformerConfig& linformer, std::int64_t l) {
   return linformer.k_per_layer.empty() ? linformer.k
                                        : linformer.k_per_layer[static_cast<std::size_t>(l)];
 }
+
+namespace {
+
+// An Error naming the field, the unknown name and the registered ones.
+void check_registered(const std::string& name, const std::vector<std::string>& known,
+                      const std::string& field, const char* how) {
+  if (std::find(known.begin(), known.end(), name) != known.end()) return;
+  std::string list;
+  for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+  fail("EncoderConfig: ", field, " \"", name, "\" is not registered (registered: ", list,
+       "); add one with ", how);
+}
+
+}  // namespace
 
 void validate(const EncoderConfig& c) {
   TF_CHECK(c.layers > 0 && c.d_model > 0 && c.heads > 0 && c.d_ff > 0 && c.max_seq_len > 0,
@@ -79,12 +97,21 @@ void validate(const EncoderConfig& c) {
   TF_CHECK(c.per_layer.empty() || static_cast<std::int64_t>(c.per_layer.size()) == c.layers,
            "EncoderConfig: per_layer has ", c.per_layer.size(), " entries for ", c.layers,
            " layers");
+  check_registered(c.feed_forward, feed_forward_names(), "feed_forward", "register_feed_forward");
+  check_registered(c.norm, norm_names(), "norm", "register_norm");
+  const std::vector<std::string> attention_modules = attention_names();
+  const std::vector<std::string> projections = projection_names();
   std::int64_t shared_k = -1;
   std::string shared_kind;
   for (std::int64_t l = 0; l < c.layers; ++l) {
     const LayerSpec spec = layer_spec(c, l);
+    check_registered(spec.attention_module, attention_modules,
+                     "layer " + std::to_string(l) + "'s attention_module", "register_attention");
     if (spec.attention != AttentionKind::linformer) continue;
     const LinformerConfig& lin = spec.linformer;
+    if (!lin.projection_name.empty())
+      check_registered(canonical_projection_name(lin.projection_name), projections,
+                       "layer " + std::to_string(l) + "'s projection_name", "register_projection");
     TF_CHECK(
         lin.k_per_layer.empty() || static_cast<std::int64_t>(lin.k_per_layer.size()) == c.layers,
         "EncoderConfig: k_per_layer has ", lin.k_per_layer.size(), " entries for ", c.layers,
@@ -93,8 +120,9 @@ void validate(const EncoderConfig& c) {
     TF_CHECK(k > 0 && k <= c.max_seq_len, "EncoderConfig: layer ", l, " has k=", k,
              ", expected 0 < k <= max_seq_len (", c.max_seq_len, ")");
     if (lin.sharing == Sharing::layerwise) {
-      const std::string kind =
-          lin.projection_name.empty() ? projection_name(lin.projection) : lin.projection_name;
+      const std::string kind = lin.projection_name.empty()
+                                   ? projection_name(lin.projection)
+                                   : canonical_projection_name(lin.projection_name);
       TF_CHECK(shared_k < 0 || (shared_k == k && shared_kind == kind),
                "EncoderConfig: layerwise sharing uses one projection for every layer, so every "
                "layer needs the same k and kind; layer ",

@@ -47,6 +47,8 @@ std::vector<std::int64_t> k_geometric_decay(std::int64_t layers, std::int64_t k0
 struct LayerSpec {
   AttentionKind attention = AttentionKind::full;
   LinformerConfig linformer = {};
+  // The registered attention module (nn/block.h) of this layer; empty: the config's.
+  std::string attention_module = {};
 };
 
 struct EncoderConfig {
@@ -59,6 +61,13 @@ struct EncoderConfig {
   double attention_dropout = 0.0;  // on attention probabilities
   Activation activation = Activation::gelu;
   bool pre_norm = true;  // LayerNorm before each sub-block (true) or after the residual sum
+  // The block's parts, by the names they are registered under (nn/block.h: register_attention,
+  // register_feed_forward, register_norm). Names rather than functions keep the configuration
+  // plain data that a checkpoint can carry. "standard" attention is MultiHeadAttention or
+  // LinformerAttention as `attention` says; a custom one gets the layer's shared projections.
+  std::string attention_module = "standard";
+  std::string feed_forward = "standard";  // FeedForward(d_model, d_ff, activation, dropout)
+  std::string norm = "layer_norm";        // LayerNorm(d_model); also the pre-norm final norm
   AttentionKind attention = AttentionKind::full;
   LinformerConfig linformer = {};
   // Per-layer attention (size == layers) overriding `attention` and `linformer`.
@@ -66,11 +75,13 @@ struct EncoderConfig {
   bool fused_attention = true;
 };
 
-// The spec of layer `l` after applying per_layer, with k resolved (k_per_layer[l] or k).
+// The spec of layer `l` after applying per_layer (its attention_module filled in from the
+// config's when empty).
 LayerSpec layer_spec(const EncoderConfig& config, std::int64_t l);
 std::int64_t layer_k(const LinformerConfig& linformer, std::int64_t l);
 // Throws Error for an inconsistent config (sizes, heads, k > max_seq_len, layerwise sharing
-// with unequal k or kinds, per_layer of the wrong length, ...).
+// with unequal k or kinds, per_layer of the wrong length, a projection, attention module,
+// feed-forward or norm name that is not registered, ...).
 void validate(const EncoderConfig& config);
 
 }  // namespace tinyformer::nn

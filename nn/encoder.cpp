@@ -6,15 +6,26 @@
 namespace tinyformer::nn {
 
 TransformerEncoderLayer::TransformerEncoderLayer(const EncoderConfig& config,
-                                                 std::shared_ptr<Attention> attn)
+                                                 std::shared_ptr<Attention> attn,
+                                                 std::int64_t layer)
+    : TransformerEncoderLayer(
+          config, std::move(attn), make_feed_forward(config.feed_forward, {config, layer}),
+          make_norm(config.norm, {config, layer}), make_norm(config.norm, {config, layer})) {}
+
+TransformerEncoderLayer::TransformerEncoderLayer(const EncoderConfig& config,
+                                                 std::shared_ptr<Attention> attn,
+                                                 std::shared_ptr<FeedForwardModule> ff,
+                                                 std::shared_ptr<NormModule> n1,
+                                                 std::shared_ptr<NormModule> n2)
     : pre_norm_(config.pre_norm), dropout_(config.dropout) {
-  TF_CHECK(attn != nullptr, "TransformerEncoderLayer: expected an attention module");
+  TF_CHECK(attn != nullptr && ff != nullptr && n1 != nullptr && n2 != nullptr,
+           "TransformerEncoderLayer: expected an attention, a feed-forward and two norm modules, "
+           "got a null one");
+  TF_CHECK(n1 != n2, "TransformerEncoderLayer: norm1 and norm2 must be two modules");
   attention = register_module("attention", std::move(attn));
-  feed_forward = register_module(
-      "feed_forward", std::make_shared<FeedForward>(config.d_model, config.d_ff, config.activation,
-                                                    config.dropout));
-  norm1 = register_module("norm1", std::make_shared<LayerNorm>(config.d_model));
-  norm2 = register_module("norm2", std::make_shared<LayerNorm>(config.d_model));
+  feed_forward = register_module("feed_forward", std::move(ff));
+  norm1 = register_module("norm1", std::move(n1));
+  norm2 = register_module("norm2", std::move(n2));
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& key_padding_mask,
@@ -32,18 +43,25 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& key_paddi
   return norm2->forward(add(h, dropout(feed_forward->forward(h), dropout_, train)));
 }
 
-TransformerEncoder::TransformerEncoder(const EncoderConfig& config) : config_(config) {
+TransformerEncoder::TransformerEncoder(const EncoderConfig& config)
+    : TransformerEncoder(config, BlockFactories{}) {}
+
+TransformerEncoder::TransformerEncoder(const EncoderConfig& config, const BlockFactories& factories)
+    : config_(config) {
   validate(config);
+  auto norm = [&](std::int64_t l) {
+    if (!factories.norm) return make_norm(config.norm, {config, l});
+    auto part = factories.norm({config, l});
+    TF_CHECK(part != nullptr, "TransformerEncoder: the norm factory returned null");
+    return part;
+  };
   layer_list_ = register_module("layers", std::make_shared<ModuleList>());
   const std::int64_t head_dim = config.d_model / config.heads;
   std::shared_ptr<Projection> across_layers;  // layerwise sharing: one for every layer
   for (std::int64_t l = 0; l < config.layers; ++l) {
     const LayerSpec spec = layer_spec(config, l);
-    std::shared_ptr<Attention> attn;
-    if (spec.attention == AttentionKind::full) {
-      attn = std::make_shared<MultiHeadAttention>(config.d_model, config.heads,
-                                                  config.attention_dropout, config.fused_attention);
-    } else {
+    std::shared_ptr<Projection> key, value;  // Linformer layers only
+    if (spec.attention == AttentionKind::linformer) {
       const LinformerConfig& lin = spec.linformer;
       const std::string kind =
           lin.projection_name.empty() ? projection_name(lin.projection) : lin.projection_name;
@@ -53,7 +71,6 @@ TransformerEncoder::TransformerEncoder(const EncoderConfig& config) : config_(co
                               .heads = lin.sharing == Sharing::none ? config.heads : 1,
                               .init = lin.projection_init,
                               .lr_scale = lin.projection_lr_scale};
-      std::shared_ptr<Projection> key, value;
       switch (lin.sharing) {
         case Sharing::none:
         case Sharing::headwise:
@@ -68,14 +85,17 @@ TransformerEncoder::TransformerEncoder(const EncoderConfig& config) : config_(co
           key = value = across_layers;
           break;
       }
-      attn = std::make_shared<LinformerAttention>(config.d_model, config.heads, key, value,
-                                                  config.attention_dropout, config.fused_attention);
     }
-    layers_.push_back(
-        layer_list_->push_back(std::make_shared<TransformerEncoderLayer>(config, attn)));
+    const AttentionSpec as{config, l, spec, key, value};
+    std::shared_ptr<Attention> attn =
+        factories.attention ? factories.attention(as) : make_attention(spec.attention_module, as);
+    std::shared_ptr<FeedForwardModule> ff =
+        factories.feed_forward ? factories.feed_forward({config, l})
+                               : make_feed_forward(config.feed_forward, {config, l});
+    layers_.push_back(layer_list_->push_back(
+        std::make_shared<TransformerEncoderLayer>(config, attn, ff, norm(l), norm(l))));
   }
-  if (config.pre_norm)
-    final_norm = register_module("final_norm", std::make_shared<LayerNorm>(config.d_model));
+  if (config.pre_norm) final_norm = register_module("final_norm", norm(-1));
 }
 
 Tensor TransformerEncoder::forward(const Tensor& x, const Tensor& key_padding_mask, bool causal) {

@@ -2,16 +2,18 @@
 #pragma once
 
 #include "autograd/elementwise.h"
+#include "nn/block_parts.h"
 #include "nn/linear.h"
 #include "nn/module.h"
 
 namespace tinyformer::nn {
 
-// Normalises the last dim; weight = 1, bias = 0 initially.
-class LayerNorm : public Module {
+// Normalises the last dim; weight = 1, bias = 0 initially. The encoder's norm part "layer_norm"
+// (nn/block.h).
+class LayerNorm : public NormModule {
  public:
   explicit LayerNorm(std::int64_t dim, double eps = 1e-5, bool affine = true);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const override;
   std::string type_name() const override { return "LayerNorm"; }
   std::string extra_repr() const override;
 

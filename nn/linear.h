@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "autograd/elementwise.h"
+#include "nn/block_parts.h"
 #include "nn/module.h"
 
 namespace tinyformer::nn {
@@ -33,11 +34,12 @@ const char* activation_name(Activation activation);
 
 // Linear(d_model -> d_ff), activation, dropout, Linear(d_ff -> d_model): the Transformer's
 // position-wise feed-forward block. x: [..., d_model].
-class FeedForward : public Module {
+// The encoder's feed-forward part "standard" (nn/block.h).
+class FeedForward : public FeedForwardModule {
  public:
   FeedForward(std::int64_t d_model, std::int64_t d_ff, Activation activation = Activation::gelu,
               double dropout = 0.0);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const override;
   std::string type_name() const override { return "FeedForward"; }
   std::string extra_repr() const override;
 

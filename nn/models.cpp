@@ -70,22 +70,35 @@ SequenceClassifier::SequenceClassifier(const EncoderConfig& config, std::int64_t
   classifier = register_module("classifier", std::make_shared<Linear>(config.d_model, classes));
 }
 
+SequenceClassifier::SequenceClassifier(const EncoderConfig& config, std::int64_t vocab_size,
+                                       std::shared_ptr<ClassifierHead> custom_head,
+                                       PositionEncoding positions) {
+  TF_CHECK(custom_head != nullptr, "SequenceClassifier: expected a head, got null");
+  body = register_module("body", std::make_shared<TokenEncoder>(config, vocab_size, positions));
+  head = register_module("head", std::move(custom_head));
+}
+
+Tensor masked_mean(const Tensor& h, const Tensor& key_padding_mask) {
+  TF_CHECK(h.defined() && h.dim() == 3, "masked_mean: expected h [B, n, d], got ",
+           h.defined() ? shape_str(h.shape()) : std::string("an undefined Tensor"));
+  if (!key_padding_mask.defined()) return mean(h, {1});
+  TF_CHECK(key_padding_mask.dtype() == DType::boolean && key_padding_mask.dim() == 2 &&
+               key_padding_mask.size(0) == h.size(0) && key_padding_mask.size(1) == h.size(1),
+           "masked_mean: expected a bool key_padding_mask [", h.size(0), ", ", h.size(1), "], got ",
+           shape_str(key_padding_mask.shape()), " ", dtype_name(key_padding_mask.dtype()));
+  // The mean over real positions: padded rows are zeroed and not counted.
+  Tensor real =
+      eq(key_padding_mask, scalar_tensor(0.0, {.dtype = DType::boolean, .device = h.device()}))
+          .to(h.dtype())
+          .unsqueeze(2);  // [B, n, 1]
+  return div(sum(mul(h, real), {1}),
+             maximum(sum(real, {1}), ones({1}, {.dtype = h.dtype(), .device = h.device()})));
+}
+
 Tensor SequenceClassifier::forward(const Tensor& tokens, const Tensor& key_padding_mask) {
   Tensor h = body->forward(tokens, key_padding_mask);  // [B, n, d]
-  Tensor pooled;
-  if (pooling_ == Pooling::cls) {
-    pooled = h.select(1, 0);
-  } else if (!key_padding_mask.defined()) {
-    pooled = mean(h, {1});
-  } else {
-    // The mean over real positions: padded rows are zeroed and not counted.
-    Tensor real =
-        eq(key_padding_mask, scalar_tensor(0.0, {.dtype = DType::boolean, .device = h.device()}))
-            .to(h.dtype())
-            .unsqueeze(2);  // [B, n, 1]
-    pooled = div(sum(mul(h, real), {1}),
-                 maximum(sum(real, {1}), ones({1}, {.dtype = h.dtype(), .device = h.device()})));
-  }
+  if (head) return head->forward(h, key_padding_mask);
+  Tensor pooled = pooling_ == Pooling::cls ? h.select(1, 0) : masked_mean(h, key_padding_mask);
   return classifier->forward(pooled);
 }
 

@@ -52,21 +52,39 @@ class MaskedLM : public Module {
 
 enum class Pooling { cls, mean };
 
+// The mean over each sequence's real positions: h [B, n, d] -> [B, d]; key_padding_mask [B, n]
+// bool, true at padding (those rows are left out), or undefined (the plain mean over n).
+Tensor masked_mean(const Tensor& h, const Tensor& key_padding_mask);
+
+// A classification head of one's own: pooling and the map to logits in one module.
+// h: the encoder's output [B, n, d_model]; key_padding_mask: [B, n] bool, true at padding, or
+// undefined; returns logits [B, classes].
+class ClassifierHead : public Module {
+ public:
+  virtual Tensor forward(const Tensor& h, const Tensor& key_padding_mask) = 0;
+};
+
 // Classification: TokenEncoder, pooled (the first position, or the mean over real positions),
-// then Linear to classes. tokens [B, n] -> logits [B, classes].
+// then Linear to classes; or TokenEncoder, then a ClassifierHead of one's own.
+// tokens [B, n] -> logits [B, classes].
 class SequenceClassifier : public Module {
  public:
   SequenceClassifier(const EncoderConfig& config, std::int64_t vocab_size, std::int64_t classes,
                      Pooling pooling = Pooling::mean,
                      PositionEncoding positions = PositionEncoding::learned);
+  // A custom head, registered as "head" (classifier stays null).
+  SequenceClassifier(const EncoderConfig& config, std::int64_t vocab_size,
+                     std::shared_ptr<ClassifierHead> head,
+                     PositionEncoding positions = PositionEncoding::learned);
   Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask = {});
   std::string type_name() const override { return "SequenceClassifier"; }
 
   std::shared_ptr<TokenEncoder> body;
-  std::shared_ptr<Linear> classifier;
+  std::shared_ptr<Linear> classifier;    // the built-in head's Linear; null with a custom head
+  std::shared_ptr<ClassifierHead> head;  // the custom head; null with the built-in one
 
  private:
-  Pooling pooling_;
+  Pooling pooling_ = Pooling::mean;
 };
 
 // Everything that builds one of the models above: what a checkpoint records about its model

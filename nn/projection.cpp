@@ -23,9 +23,9 @@ const char* projection_name(ProjectionKind kind) {
   switch (kind) {
     case ProjectionKind::linear:
       return "linear";
-    case ProjectionKind::mean_pool:
+    case ProjectionKind::mean:
       return "mean";
-    case ProjectionKind::max_pool:
+    case ProjectionKind::max:
       return "max";
     case ProjectionKind::conv:
       return "conv";
@@ -126,6 +126,12 @@ std::pair<std::int64_t, std::int64_t> pool_window(std::int64_t i, std::int64_t m
   return {i * m / k, ((i + 1) * m + k - 1) / k};
 }
 
+std::string canonical_projection_name(const std::string& name) {
+  if (name == "mean_pool") return "mean";
+  if (name == "max_pool") return "max";
+  return name;
+}
+
 void register_projection(const std::string& name, ProjectionFactory factory) {
   TF_CHECK(!name.empty() && factory != nullptr,
            "register_projection: expected a name and a factory");
@@ -137,7 +143,7 @@ std::shared_ptr<Projection> make_projection(const std::string& name, const Proje
   ProjectionFactory factory;
   {
     std::lock_guard lock(registry_mutex());
-    auto it = registry().find(name);
+    auto it = registry().find(canonical_projection_name(name));
     if (it != registry().end()) factory = it->second;
   }
   if (!factory) {

@@ -83,13 +83,20 @@ struct ProjectionSpec {
   double lr_scale = 0.1;
 };
 
-enum class ProjectionKind { linear, mean_pool, max_pool, conv, identity };
+// The built-in kinds; each enumerator is named as the kind is registered. mean_pool and
+// max_pool are other spellings of mean and max (the same values), and "mean_pool" and
+// "max_pool" are accepted wherever a kind is named.
+enum class ProjectionKind { linear, mean, max, conv, identity, mean_pool = mean, max_pool = max };
 const char* projection_name(ProjectionKind kind);  // "linear", "mean", "max", "conv", "identity"
+// The registered name a kind's name stands for: "mean_pool" -> "mean", "max_pool" -> "max", any
+// other name itself.
+std::string canonical_projection_name(const std::string& name);
 
 using ProjectionFactory = std::function<std::shared_ptr<Projection>(const ProjectionSpec&)>;
 // Registers (or replaces) a kind under a name; the built-in kinds are registered already.
 void register_projection(const std::string& name, ProjectionFactory factory);
 std::shared_ptr<Projection> make_projection(const std::string& name, const ProjectionSpec& spec);
+// The registered names, sorted (without the other spellings mean_pool and max_pool).
 std::vector<std::string> projection_names();
 
 class LinearProjection : public Projection {

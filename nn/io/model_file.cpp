@@ -45,6 +45,7 @@ requires std::same_as<std::remove_const_t<C>, LayerSpec>
 void fields(V& v, C& c) {
   v("attention", c.attention);
   v("linformer", c.linformer);
+  v("attention_module", c.attention_module);
 }
 
 template <typename V, typename C>
@@ -59,6 +60,9 @@ void fields(V& v, C& c) {
   v("attention_dropout", c.attention_dropout);
   v("activation", c.activation);
   v("pre_norm", c.pre_norm);
+  v("attention_module", c.attention_module);
+  v("feed_forward", c.feed_forward);
+  v("norm", c.norm);
   v("attention", c.attention);
   v("linformer", c.linformer);
   v("per_layer", c.per_layer);

@@ -119,7 +119,11 @@ TEST_CASE("errors: matmul") {
 }
 
 TEST_CASE("errors: reductions") {
-  CHECK_THROWS_WITH_AS(tf::sum(tf::arange(3)), Contains("sum: expected a floating tensor"), Error);
+  // The sum of integers is an int64 count (tests/autograd/test_tensor_api.cpp); their mean is
+  // refused, as in PyTorch.
+  CHECK_THROWS_WITH_AS(tf::mean(tf::arange(3)), Contains("mean: expected a floating tensor"),
+                       Error);
+  CHECK_THROWS_WITH_AS(tf::sum(tf::Tensor()), Contains("sum: expected a defined tensor"), Error);
   CHECK_THROWS_WITH_AS(tf::max(f64({0, 3})), Contains("max: expected a non-empty tensor"), Error);
   CHECK_THROWS_WITH_AS(tf::max(f64({2, 0}), 1), Contains("max: expected a non-empty dim"), Error);
   CHECK_THROWS_WITH_AS(tf::argmax(f64({2, 0}), 1), Contains("non-empty"), Error);

@@ -108,6 +108,15 @@ file(MAKE_DIRECTORY ${WORK_DIR}/train_tiny)
 run("run train_tiny" ${trainer} ${WORK_DIR}/train_tiny --steps 20)
 string(REGEX MATCH "validation loss [^\n]* after training[^\n]*" line "${last_output}")
 message(STATUS "check_install: train_tiny: ${line}")
+# Installed programs wait passively unless told otherwise: the library that sets OMP_WAIT_POLICY
+# was installed beside libtinyformer and is initialized before libgomp reads it.
+execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=OMP_WAIT_POLICY --unset=GOMP_SPINCOUNT
+  OMP_DISPLAY_ENV=verbose ${program} OUTPUT_VARIABLE out ERROR_VARIABLE out RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "GOMP_SPINCOUNT = '0'")
+  message(FATAL_ERROR "check_install: the installed gradient_check does not wait passively by "
+    "default (${rc}):\n${out}")
+endif()
+message(STATUS "check_install: passive OpenMP waiting by default: ok")
 
 # The threading policy holds for installed programs too: OpenBLAS must resolve to its OpenMP
 # build (see INSTALL_RPATH_USE_LINK_PATH in cmake/Install.cmake).
@@ -122,3 +131,19 @@ if(ldd)
     message(STATUS "check_install: OpenBLAS resolves to ${openblas}")
   endif()
 endif()
+
+# The extension example (a custom feed-forward registered by name) builds against the installed
+# headers alone: a second outside project with examples/custom_layer.cpp as its one source.
+set(extension ${WORK_DIR}/extension)
+file(MAKE_DIRECTORY ${extension}/src)
+file(WRITE ${extension}/src/CMakeLists.txt
+  "cmake_minimum_required(VERSION 3.25)\n"
+  "project(tinyformer_extension LANGUAGES CXX)\n"
+  "find_package(tinyformer CONFIG REQUIRED)\n"
+  "add_executable(custom_layer ${PROJECT_DIR}/../custom_layer.cpp)\n"
+  "target_link_libraries(custom_layer PRIVATE tinyformer::tinyformer)\n")
+run("configure examples/custom_layer.cpp" ${CMAKE_COMMAND} ${generator_args} -S ${extension}/src
+    -B ${extension}/build -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
+    ${compiler_args})
+run("build examples/custom_layer.cpp" ${CMAKE_COMMAND} --build ${extension}/build
+    --config ${BUILD_TYPE})

@@ -56,8 +56,22 @@ constexpr std::size_t field_count() {
   }
 }
 
+// Block parts under names of their own (they build the standard parts): a description that
+// names them reads back once they are registered.
+void register_test_parts() {
+  nn::register_attention("test_attention", [](const nn::AttentionSpec& s) {
+    return nn::make_attention("standard", s);
+  });
+  nn::register_feed_forward("test_feed_forward", [](const nn::BlockPartSpec& s) {
+    return nn::make_feed_forward("standard", s);
+  });
+  nn::register_norm("test_norm",
+                    [](const nn::BlockPartSpec& s) { return nn::make_norm("layer_norm", s); });
+}
+
 // A description with every field away from its default.
 nn::ModelDescription everything_set() {
+  register_test_parts();
   nn::EncoderConfig encoder{.layers = 3,
                             .d_model = 48,
                             .heads = 6,
@@ -67,6 +81,9 @@ nn::ModelDescription everything_set() {
                             .attention_dropout = 0.125,
                             .activation = nn::Activation::relu,
                             .pre_norm = false,
+                            .attention_module = "test_attention",
+                            .feed_forward = "test_feed_forward",
+                            .norm = "test_norm",
                             .attention = nn::AttentionKind::linformer,
                             .linformer = {.k = 12,
                                           .k_per_layer = {12, 10, 8},
@@ -78,7 +95,7 @@ nn::ModelDescription everything_set() {
                             .per_layer = {},
                             .fused_attention = false};
   encoder.per_layer = {
-      {.attention = nn::AttentionKind::full, .linformer = {}},
+      {.attention = nn::AttentionKind::full, .linformer = {}, .attention_module = "standard"},
       {.attention = nn::AttentionKind::linformer,
        .linformer = {.k = 9,
                      .k_per_layer = {20, 16, 12},
@@ -129,11 +146,15 @@ void check_same(const nn::ModelDescription& a, const nn::ModelDescription& b) {
   CHECK(x.attention_dropout == y.attention_dropout);
   CHECK(x.activation == y.activation);
   CHECK(x.pre_norm == y.pre_norm);
+  CHECK(x.attention_module == y.attention_module);
+  CHECK(x.feed_forward == y.feed_forward);
+  CHECK(x.norm == y.norm);
   CHECK(x.attention == y.attention);
   check_linformer(x.linformer, y.linformer);
   REQUIRE(x.per_layer.size() == y.per_layer.size());
   for (std::size_t l = 0; l < x.per_layer.size(); ++l) {
     CHECK(x.per_layer[l].attention == y.per_layer[l].attention);
+    CHECK(x.per_layer[l].attention_module == y.per_layer[l].attention_module);
     check_linformer(x.per_layer[l].linformer, y.per_layer[l].linformer);
   }
   CHECK(x.fused_attention == y.fused_attention);
@@ -191,6 +212,8 @@ TEST_CASE("model description: every field of every struct round-trips through th
   CHECK(j["encoder"]["per_layer"][1]["linformer"]["sharing"] == "none");
   CHECK(j["encoder"]["linformer"]["sharing"] == "key-value");
   CHECK(j["encoder"]["activation"] == "relu");
+  CHECK(j["encoder"]["feed_forward"] == "test_feed_forward");
+  CHECK(j["encoder"]["per_layer"][0]["attention_module"] == "standard");
 
   // Each kind of sharing, projection, start, activation, position encoding and pooling.
   for (nn::Sharing sharing :
@@ -400,7 +423,19 @@ TEST_CASE("load_model: files without a description or with one that does not fit
   const std::string unknown = dir.file("unknown.safetensors");
   nn::save_checkpoint(unknown, *model, nullptr,
                       {{nn::kModelMetadataKey, nn::model_description_json(custom)}});
-  CHECK_THROWS_WITH_AS(nn::load_model(unknown), has("unknown projection kind \"no-such-kind\""),
+  CHECK_THROWS_WITH_AS(nn::load_model(unknown),
+                       has("load_model: " + unknown +
+                           ": \"tinyformer.model\": encoder: EncoderConfig: layer 0's "
+                           "projection_name \"no-such-kind\" is not registered"),
+                       Error);
+
+  // A block part by a name this program has not registered.
+  nn::ModelDescription custom_part = description;
+  custom_part.encoder.feed_forward = "no-such-part";
+  const std::string part = dir.file("part.safetensors");
+  nn::save_checkpoint(part, *model, nullptr,
+                      {{nn::kModelMetadataKey, nn::model_description_json(custom_part)}});
+  CHECK_THROWS_WITH_AS(nn::load_model(part), has("feed_forward \"no-such-part\" is not registered"),
                        Error);
 }
 
