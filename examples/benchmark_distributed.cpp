@@ -6,8 +6,9 @@
 //
 //   mpirun -np 2 build/examples/benchmark_distributed --steps 20
 //
-// The single-process reference runs in the same job, on rank 0 while the others wait, so the
-// ratio compares two measurements taken under the same load. Rank 0 prints the results.
+// The single-process reference runs in the same job, on rank 0 while the others wait, step by
+// step in turn with the data-parallel step, so the ratio compares two measurements taken under
+// the same load. Rank 0 prints the results.
 #include <omp.h>
 #include <tinyformer/tinyformer.h>
 
@@ -103,27 +104,28 @@ int main(int argc, char** argv) {
     omp_set_num_threads(threads);
     s.config.max_seq_len = s.seq_len;
 
-    // Every process builds the same model; the wrapper below copies rank 0's anyway.
+    // Every process builds the same model; the wrapper below copies rank 0's anyway. The
+    // one-process reference trains a copy of its own on rank 0.
     manual_seed(1);
     auto model = std::make_shared<nn::MaskedLM>(s.config, s.vocab);
     nn::optim::AdamW optimizer(model->parameters(), {.lr = 1e-4});
+    manual_seed(1);
+    auto single_model = std::make_shared<nn::MaskedLM>(s.config, s.vocab);
+    nn::optim::AdamW single_optimizer(single_model->parameters(), {.lr = 1e-4});
+    dist::DistributedDataParallel ddp(model, {.bucket_cap_mb = bucket_mb});
+    const Batch whole = random_batch(s, batch, 7);
+    const Batch share = random_batch(s, batch / world, 100 + static_cast<std::uint64_t>(rank));
 
-    // 1. The reference: one process (rank 0) on the whole global batch; the others wait.
-    std::vector<double> single;
-    if (rank == 0) {
-      const Batch whole = random_batch(s, batch, 7);
-      for (int i = 0; i < warmup + steps; ++i) {
-        const double t = train_step(*model, optimizer, s, whole);
+    // The two cases take turns, step by step, so that a change in the machine's load reaches
+    // both: 1. one process (rank 0) on the whole global batch while the others wait; 2. every
+    // process on its share, gradients averaged during backward.
+    std::vector<double> single, parallel, exposed, backward_s, first_launch;
+    for (int i = 0; i < warmup + steps; ++i) {
+      dist::barrier();
+      if (rank == 0) {
+        const double t = train_step(*single_model, single_optimizer, s, whole);
         if (i >= warmup) single.push_back(t);
       }
-    }
-    dist::barrier();
-
-    // 2. Every process on its share, gradients averaged during backward.
-    dist::DistributedDataParallel ddp(model, {.bucket_cap_mb = bucket_mb});
-    const Batch share = random_batch(s, batch / world, 100 + static_cast<std::uint64_t>(rank));
-    std::vector<double> parallel, exposed, backward_s, first_launch;
-    for (int i = 0; i < warmup + steps; ++i) {
       dist::barrier();  // steps start together, so that the waits measure communication
       const double t = train_step(*model, optimizer, s, share);
       if (i < warmup) continue;

@@ -15,7 +15,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "train_common.h"
@@ -30,44 +29,15 @@ namespace {
 constexpr const char* kProgram = "train_causal_lm";
 constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
 
-// A text file, or the plain-text files below a directory (links, hidden files and files with a
-// NUL byte in their first 4 KiB left out: fortune's directory holds binary .dat indexes and .u8
-// links beside each text), the last `val_fraction` of each file held out for validation.
+// The text of `path` (a file, or the text files below a directory: nn::data::load_split_corpus),
+// the last `val_fraction` of each file held out for validation.
 nn::data::TextSplit load_corpus(const std::string& path, double val_fraction) {
   if (path == kDefaultCorpus && !fs::exists(path)) {
     throw UsageError(std::string("the default corpus ") + kDefaultCorpus +
                      " is missing: install it with 'apt-get install fortunes', or pass --data "
                      "FILE with any text file or directory");
   }
-  std::vector<fs::path> files;
-  if (fs::is_directory(path)) {
-    for (auto it = fs::recursive_directory_iterator(path); it != fs::recursive_directory_iterator();
-         ++it) {
-      if (it->path().filename().string().starts_with('.')) {
-        if (it->is_directory()) it.disable_recursion_pending();
-        continue;
-      }
-      if (it->is_symlink() || !it->is_regular_file() || it->file_size() == 0) continue;
-      std::ifstream in(it->path(), std::ios::binary);
-      char head[4096];
-      in.read(head, sizeof head);
-      if (std::find(head, head + in.gcount(), '\0') == head + in.gcount())
-        files.push_back(it->path());
-    }
-    std::sort(files.begin(), files.end());
-    if (files.empty()) throw UsageError("--data " + path + ": no non-empty text files there");
-  } else {
-    files.push_back(path);  // load_text reports a missing or empty file
-  }
-  nn::data::TextSplit corpus;
-  for (const fs::path& file : files) {
-    const std::string text = nn::data::load_text(file);
-    if (text.size() < 2) continue;
-    const nn::data::TextSplit part = nn::data::split_text(text, val_fraction);
-    corpus.train += part.train + (part.train.ends_with('\n') ? "" : "\n");
-    corpus.validation += part.validation + (part.validation.ends_with('\n') ? "" : "\n");
-  }
-  return corpus;
+  return nn::data::load_split_corpus(path, val_fraction).split;
 }
 
 // The next-byte loss (nats) of the best model without context: byte frequencies of `reference`

@@ -51,7 +51,8 @@ struct DataParallelStats {
   double last_first_launch_seconds = 0;
   double last_backward_seconds = 0;
   double last_sync_seconds = 0;
-  // Seconds the pass's end spent blocked waiting for all-reduces (communication not hidden
+  // Seconds from the end of backward until every all-reduce had finished: starting the buckets
+  // left, the all-reduce of the gradient flags and the waits (the communication not hidden
   // behind backward).
   double last_wait_seconds = 0;
   double total_wait_seconds = 0;

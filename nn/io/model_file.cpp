@@ -109,9 +109,8 @@ std::vector<std::pair<AttentionKind, std::string>> names_of() {
 template <>
 std::vector<std::pair<ProjectionKind, std::string>> names_of() {
   std::vector<std::pair<ProjectionKind, std::string>> names;
-  for (ProjectionKind kind :
-       {ProjectionKind::linear, ProjectionKind::mean_pool, ProjectionKind::max_pool,
-        ProjectionKind::conv, ProjectionKind::identity}) {
+  for (ProjectionKind kind : {ProjectionKind::linear, ProjectionKind::mean, ProjectionKind::max,
+                              ProjectionKind::conv, ProjectionKind::identity}) {
     names.emplace_back(kind, projection_name(kind));
   }
   return names;

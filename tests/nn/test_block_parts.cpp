@@ -140,7 +140,7 @@ TEST_CASE("custom block parts: gradient checks in float64 with padding") {
 }
 
 TEST_CASE("custom block parts: padded positions do not change real outputs") {
-  for (auto kind : {nn::ProjectionKind::linear, nn::ProjectionKind::mean_pool}) {
+  for (auto kind : {nn::ProjectionKind::linear, nn::ProjectionKind::mean}) {
     const std::string kind_name = nn::projection_name(kind);
     CAPTURE(kind_name);
     manual_seed(47);

@@ -105,7 +105,7 @@ TEST_CASE("per-layer specs mix full and Linformer attention") {
   nn::EncoderConfig c = tiny(nn::AttentionKind::full);
   c.per_layer = {{.attention = nn::AttentionKind::full},
                  {.attention = nn::AttentionKind::linformer,
-                  .linformer = {.k = 3, .projection = nn::ProjectionKind::mean_pool}}};
+                  .linformer = {.k = 3, .projection = nn::ProjectionKind::mean}}};
   nn::TransformerEncoder enc(c);
   CHECK(std::dynamic_pointer_cast<nn::MultiHeadAttention>(enc.layer(0)->attention) != nullptr);
   CHECK(std::dynamic_pointer_cast<nn::LinformerAttention>(enc.layer(1)->attention) != nullptr);
@@ -124,8 +124,8 @@ TEST_CASE("gradient checks: full attention, pre- and post-norm") {
 }
 
 TEST_CASE("gradient checks: every projection kind and sharing mode") {
-  for (auto kind : {nn::ProjectionKind::linear, nn::ProjectionKind::mean_pool,
-                    nn::ProjectionKind::max_pool, nn::ProjectionKind::conv}) {
+  for (auto kind : {nn::ProjectionKind::linear, nn::ProjectionKind::mean, nn::ProjectionKind::max,
+                    nn::ProjectionKind::conv}) {
     for (auto sharing : {nn::Sharing::none, nn::Sharing::headwise, nn::Sharing::key_value,
                          nn::Sharing::layerwise}) {
       CAPTURE(nn::projection_name(kind));

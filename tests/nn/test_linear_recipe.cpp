@@ -109,7 +109,7 @@ TEST_CASE("decay_groups gives linear E its lr_scale and no weight decay") {
   for (const Tensor& p : groups[2].params) CHECK(p.dim() == 3);
   CHECK(groups[0].params.size() + groups[1].params.size() + 4 == encoder->parameters().size());
   // Mean pooling has no parameters: the two usual groups only.
-  config.linformer.projection = nn::ProjectionKind::mean_pool;
+  config.linformer.projection = nn::ProjectionKind::mean;
   CHECK(nn::optim::decay_groups(nn::TransformerEncoder(config), 0.01).size() == 2);
 
   // The optimizer applies it: Adam's first step moves every entry by about lr (times the scale).

@@ -99,7 +99,7 @@ nn::ModelDescription everything_set() {
       {.attention = nn::AttentionKind::linformer,
        .linformer = {.k = 9,
                      .k_per_layer = {20, 16, 12},
-                     .projection = nn::ProjectionKind::mean_pool,
+                     .projection = nn::ProjectionKind::mean,
                      .sharing = nn::Sharing::none,
                      .projection_lr_scale = 0.5}},
       {.attention = nn::AttentionKind::linformer,
@@ -219,7 +219,7 @@ TEST_CASE("model description: every field of every struct round-trips through th
   for (nn::Sharing sharing :
        {nn::Sharing::none, nn::Sharing::headwise, nn::Sharing::key_value, nn::Sharing::layerwise}) {
     for (nn::ProjectionKind kind :
-         {nn::ProjectionKind::linear, nn::ProjectionKind::mean_pool, nn::ProjectionKind::max_pool,
+         {nn::ProjectionKind::linear, nn::ProjectionKind::mean, nn::ProjectionKind::max,
           nn::ProjectionKind::conv, nn::ProjectionKind::identity}) {
       nn::ModelDescription c = small_mlm();
       c.encoder.linformer = {.k = 6, .projection = kind, .sharing = sharing};
