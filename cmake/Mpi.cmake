@@ -5,12 +5,6 @@ set(TINYFORMER_MPI_ENABLED OFF)
 if(TINYFORMER_MPI STREQUAL "OFF")
   return()
 endif()
-if(TINYFORMER_SANITIZE AND NOT TINYFORMER_MPI STREQUAL "ON")
-  # Open MPI's own allocations at start-up read as leaks to LeakSanitizer; the sanitized suite
-  # runs single processes.
-  message(STATUS "tinyformer: sanitizer build, building without MPI (TINYFORMER_MPI=ON forces it)")
-  return()
-endif()
 
 # MPI's C API (its C++ bindings are deprecated): FindMPI checks it with the C compiler.
 enable_language(C)
