@@ -4,10 +4,20 @@
 // tables (speed-up and memory saved) next to its figures, plus forward+backward times and a
 // scaling view (time and memory against n at fixed k, with fitted exponents and a PNG plot).
 //
+// Every model of the grid and of the scaling view, forward and forward+backward, is one set of
+// jobs timed in rounds (bench_timing.h): each round runs every job once in an order that changes
+// from round to round, so a change in the machine's load hits every cell alike, and each
+// speed-up is the median of the per-round ratios full / Linformer. Rounds go on until every
+// speed-up is known to --target-spread or --budget ends. Peak memory comes from the allocator's
+// statistics, measured once per model before the timing (it is the same every run).
+//
 //   benchmark_attention                       # 2 layers of RoBERTa-base's shape, n up to
-//                                             # 4096: about 2 minutes on 2 CPU cores
+//                                             # 4096: about 5 minutes on 2 CPU cores
+//   benchmark_attention --quick               # n = 512, 1024, k = 128, 1 layer: about 1 minute
 //   benchmark_attention --paper --device cuda # the paper's grid and RoBERTa-base shape
 #include <tinyformer/tinyformer.h>
+
+#include "bench_timing.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -22,8 +32,9 @@ using namespace tinyformer;
 
 namespace {
 
+// One model's results: median times from the interleaved set, peak memory from one run.
 struct Measurement {
-  double forward_ms = 0, train_ms = 0;  // medians
+  double forward_ms = 0, train_ms = 0;
   double forward_peak_mb = 0, train_peak_mb = 0;
 };
 
@@ -52,17 +63,6 @@ const std::map<std::int64_t, std::map<std::int64_t, std::pair<double, double>>> 
      {{128, {20, 60}}, {256, {18, 52}}, {512, {16, 40}}, {1024, {14, 20}}, {2048, {7.9, 18}}}},
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // The profiler's table of one forward (inference) of `encoder` on x.
 std::string profile_forward(nn::TransformerEncoder& encoder, const Tensor& x) {
   NoGradGuard no_grad;
@@ -72,41 +72,37 @@ std::string profile_forward(nn::TransformerEncoder& encoder, const Tensor& x) {
   return profiler.table(12);
 }
 
-// Times forward (no graph) and forward+backward of `encoder` on x; peak memory is what the
-// device's allocator saw above the bytes held before the call.
-Measurement measure(nn::TransformerEncoder& encoder, const Tensor& x, int reps, bool train) {
-  Measurement m;
+// One forward (no graph) and one forward+backward of `encoder` on x.
+void run_forward(nn::TransformerEncoder& encoder, const Tensor& x) {
+  NoGradGuard no_grad;
+  Tensor y = encoder.forward(x);
   synchronize(x.device());
-  std::vector<double> times;
-  for (int r = 0; r < reps + 1; ++r) {
-    const auto base = memory_stats(x.device()).current_bytes;
-    reset_peak_memory(x.device());
-    const double t0 = now_ms();
-    {
-      NoGradGuard no_grad;
-      Tensor y = encoder.forward(x);
-      synchronize(x.device());
+}
+void run_train(nn::TransformerEncoder& encoder, const Tensor& x) {
+  sum(encoder.forward(x)).backward();
+  synchronize(x.device());
+}
+
+// Peak memory of forward and forward+backward: what the device's allocator saw above the bytes
+// held before the call, in the second of two calls (the first creates what is cached for good).
+void measure_memory(nn::TransformerEncoder& encoder, const Tensor& x, bool train, Measurement& m) {
+  auto peak_mb = [&](const std::function<void()>& call) {
+    double mb = 0;
+    for (int r = 0; r < 2; ++r) {
+      const auto base = memory_stats(x.device()).current_bytes;
+      reset_peak_memory(x.device());
+      call();
+      mb = static_cast<double>(memory_stats(x.device()).peak_bytes - base) / 1e6;
     }
-    const double t1 = now_ms();
-    if (r > 0) times.push_back(t1 - t0);  // the first run warms caches and primitives
-    m.forward_peak_mb = static_cast<double>(memory_stats(x.device()).peak_bytes - base) / 1e6;
+    return mb;
+  };
+  m.forward_peak_mb = peak_mb([&] { run_forward(encoder, x); });
+  if (train) {
+    m.train_peak_mb = peak_mb([&] {
+      encoder.zero_grad();
+      run_train(encoder, x);
+    });
   }
-  m.forward_ms = median(times);
-  if (!train) return m;
-  times.clear();
-  for (int r = 0; r < reps + 1; ++r) {
-    encoder.zero_grad();
-    const auto base = memory_stats(x.device()).current_bytes;
-    reset_peak_memory(x.device());
-    const double t0 = now_ms();
-    sum(encoder.forward(x)).backward();
-    synchronize(x.device());
-    const double t1 = now_ms();
-    if (r > 0) times.push_back(t1 - t0);
-    m.train_peak_mb = static_cast<double>(memory_stats(x.device()).peak_bytes - base) / 1e6;
-  }
-  m.train_ms = median(times);
-  return m;
 }
 
 // Least-squares slope of log(y) against log(x).
@@ -125,16 +121,23 @@ double fitted_exponent(const std::vector<double>& x, const std::vector<double>& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Linformer vs Transformer: the paper's Table 3 on this machine"};
+  CLI::App app{
+      "Linformer vs Transformer: the paper's Table 3 on this machine. The defaults take about 5 "
+      "minutes on 2 CPU cores (--budget for the timed rounds, plus building the models and "
+      "measuring memory), --quick about one"};
   std::string device_name = "cpu";
   std::vector<std::int64_t> ns = {512, 1024, 2048, 4096};
   std::vector<std::int64_t> ks = {128, 256};
   // RoBERTa-base's layer shape (as the paper); two layers keep the default run to minutes on a CPU.
   std::int64_t d_model = 768, heads = 12, d_ff = 3072, layers = 2, batch = 1;
-  int reps = 3;
-  bool paper_grid = false, train = true, scaling = true;
+  bool paper_grid = false, train = true, scaling = true, quick = false;
   std::int64_t scaling_k = 128;
   std::vector<std::int64_t> scaling_ns = {256, 512, 1024, 2048, 4096};
+  // The stop rule (bench_timing.h) for the one set of all models. Each model has run twice for
+  // its memory before the timing starts, so a short warm-up suffices.
+  bench::StopRule rule;
+  rule.budget_s = 240, rule.min_warmup = 1, rule.max_warmup = 3;
+  int reps = 0;
   std::string json_path = "benchmark_attention.json", png_path = "benchmark_attention_scaling.png";
   app.add_option("--device", device_name, "cpu or cuda");
   app.add_option("--n", ns, "sequence lengths")->delimiter(',');
@@ -142,9 +145,29 @@ int main(int argc, char** argv) {
   app.add_option("--d-model", d_model);
   app.add_option("--heads", heads);
   app.add_option("--d-ff", d_ff);
-  app.add_option("--layers", layers);
+  auto* layers_option = app.add_option("--layers", layers);
   app.add_option("--batch", batch);
-  app.add_option("--reps", reps, "timed repetitions (median reported)");
+  auto* budget_option = app.add_option("--budget", rule.budget_s,
+                                       "seconds for all the timed rounds, warm-up included; the "
+                                       "first --min-rounds rounds always run")
+                            ->check(CLI::PositiveNumber)
+                            ->capture_default_str();
+  app.add_option("--target-spread", rule.target_spread,
+                 "stop once every speed-up's median is known to this relative precision "
+                 "(half-width of its 95% confidence interval)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  auto* min_rounds_option = app.add_option("--min-rounds", rule.min_rounds, "timed rounds at least")
+                                ->check(CLI::Range(1, 1000000))
+                                ->capture_default_str();
+  app.add_option("--max-rounds", rule.max_rounds, "timed rounds at most")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--reps", reps, "exactly this many timed rounds, instead of the stop rule")
+      ->check(CLI::Range(1, 1000000));
+  app.add_flag("--quick", quick,
+               "n = 512 and 1024, k = 128, one layer, scaling n = 256..1024, 3 rounds at least "
+               "and a 20 s budget unless given: about a minute on 2 cores");
   app.add_flag("--paper", paper_grid,
                "the paper's grid (n = 512..65536, k = 128..2048) and RoBERTa-base shape "
                "(d=768, 12 heads, ff=3072, 12 layers); for a GPU");
@@ -167,12 +190,25 @@ int main(int argc, char** argv) {
       ks = {128, 256, 512, 1024, 2048};
       d_model = 768, heads = 12, d_ff = 3072, layers = 12;
     }
+    if (quick) {
+      if (app.count("--n") == 0) ns = {512, 1024};
+      if (app.count("--k") == 0) ks = {128};
+      if (layers_option->count() == 0) layers = 1;
+      if (app.count("--scaling-n") == 0) scaling_ns = {256, 512, 1024};
+      if (budget_option->count() == 0) rule.budget_s = 20;
+      if (min_rounds_option->count() == 0) rule.min_rounds = 3;
+    }
+    if (reps > 0) rule.min_rounds = rule.max_rounds = reps;
+    rule.max_rounds = std::max(rule.max_rounds, rule.min_rounds);
     std::printf(
         "device %s; encoder: %lld layers, d_model %lld, %lld heads, ff %lld, batch %lld, "
-        "float32\nkernels: %s\n\n",
+        "float32\nkernels: %s\ntiming: every model below, forward%s, in one set of jobs taking "
+        "turns in an order that changes every round: %s. A speed-up is the median of the "
+        "per-round ratios full / Linformer, +- the half-width of its 95%% confidence interval\n\n",
         device.str().c_str(), static_cast<long long>(layers), static_cast<long long>(d_model),
         static_cast<long long>(heads), static_cast<long long>(d_ff), static_cast<long long>(batch),
-        runtime_info(device).c_str());
+        runtime_info(device).c_str(), train ? " and forward+backward" : "",
+        bench::describe(rule).c_str());
     auto make = [&](std::int64_t n, std::int64_t k) {
       nn::EncoderConfig c{.layers = layers,
                           .d_model = d_model,
@@ -189,109 +225,184 @@ int main(int argc, char** argv) {
       enc->eval();
       return enc;
     };
+    auto label = [](std::int64_t n, std::int64_t k) {
+      return "n=" + std::to_string(n) + (k == 0 ? " full" : " k=" + std::to_string(k));
+    };
 
-    nlohmann::json results = nlohmann::json::array();
-    std::map<std::int64_t, Measurement> full;
-    std::map<std::pair<std::int64_t, std::int64_t>, Measurement> lin;
-    std::vector<std::string> profiles;
+    // The models: (n, 0) is full attention. The grid's, with forward+backward unless
+    // --no-train, and the scaling view's (forward only), each once.
+    std::map<std::pair<std::int64_t, std::int64_t>, bool> models;  // -> time forward+backward
     for (std::int64_t n : ns) {
-      Tensor x = randn({batch, n, d_model}, {.device = device});
-      full[n] = measure(*make(n, 0), x, reps, train);
-      if (profile) {
-        profiles.push_back("n=" + std::to_string(n) + ", full attention, one forward:\n" +
-                           profile_forward(*make(n, 0), x));
+      models[{n, 0}] = train;
+      for (std::int64_t k : ks) {
+        if (k < n) models[{n, k}] = train;
       }
+    }
+    if (scaling) {
+      for (std::int64_t n : scaling_ns) {
+        if (n <= scaling_k) continue;
+        models.try_emplace({n, 0}, false);
+        models.try_emplace({n, scaling_k}, false);
+      }
+    }
+
+    // Build every model and measure its memory, then one set of jobs for them all.
+    std::map<std::int64_t, Tensor> inputs;  // by n, shared by the models of that n
+    std::map<std::pair<std::int64_t, std::int64_t>, std::shared_ptr<nn::TransformerEncoder>>
+        encoders;
+    std::map<std::pair<std::int64_t, std::int64_t>, Measurement> measured;
+    std::vector<bench::Job> jobs;
+    std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> forward_job, train_job;
+    for (const auto& [key, with_train] : models) {
+      const auto [n, k] = key;
+      if (!inputs.count(n)) inputs[n] = randn({batch, n, d_model}, {.device = device});
+      auto encoder = make(n, k);
+      const Tensor& x = inputs.at(n);
+      measure_memory(*encoder, x, with_train, measured[key]);
+      forward_job[key] = jobs.size();
+      jobs.push_back(
+          {label(n, k) + " forward", nullptr, [encoder, x] { run_forward(*encoder, x); }});
+      if (with_train) {
+        train_job[key] = jobs.size();
+        jobs.push_back({label(n, k) + " forward+backward", [encoder] { encoder->zero_grad(); },
+                        [encoder, x] { run_train(*encoder, x); }});
+      }
+      encoders[key] = std::move(encoder);
+    }
+    // The speed-ups, full / Linformer, for every Linformer model.
+    std::vector<bench::Ratio> ratios;
+    for (const auto& [key, with_train] : models) {
+      const auto [n, k] = key;
+      if (k == 0) continue;
+      ratios.push_back(
+          {label(n, k) + " inference speed-up", forward_job.at({n, 0}), forward_job.at(key)});
+      if (with_train) {
+        ratios.push_back(
+            {label(n, k) + " training speed-up", train_job.at({n, 0}), train_job.at(key)});
+      }
+    }
+    const bench::Result timing = bench::run(jobs, ratios, rule);
+    std::printf("%s\n", timing.report().c_str());
+    for (auto& [key, m] : measured) {
+      m.forward_ms = timing.jobs[forward_job.at(key)].median_ms;
+      if (train_job.count(key)) m.train_ms = timing.jobs[train_job.at(key)].median_ms;
+    }
+    auto speedup = [&](std::int64_t n, std::int64_t k, bool training) -> const bench::RatioStats& {
+      return timing.ratio(label(n, k) + (training ? " training speed-up" : " inference speed-up"));
+    };
+
+    nlohmann::json results = nlohmann::json::array(), ratio_json = nlohmann::json::array();
+    auto cell_json = [&](std::int64_t n, std::int64_t k) {
+      const Measurement& m = measured.at({n, k});
+      nlohmann::json j = {{"n", n},
+                          {"k", k == 0 ? nlohmann::json(nullptr) : nlohmann::json(k)},
+                          {"forward_ms", m.forward_ms},
+                          {"forward_min_ms", timing.jobs[forward_job.at({n, k})].min_ms},
+                          {"forward_spread", timing.jobs[forward_job.at({n, k})].spread},
+                          {"forward_peak_mb", m.forward_peak_mb},
+                          {"train_ms", m.train_ms},
+                          {"train_peak_mb", m.train_peak_mb}};
+      if (train_job.count({n, k})) {
+        j["train_min_ms"] = timing.jobs[train_job.at({n, k})].min_ms;
+        j["train_spread"] = timing.jobs[train_job.at({n, k})].spread;
+      }
+      if (k > 0) {
+        j["inference_speedup"] = speedup(n, k, false).median;
+        j["inference_speedup_spread"] = speedup(n, k, false).spread;
+        if (train_job.count({n, k})) {
+          j["training_speedup"] = speedup(n, k, true).median;
+          j["training_speedup_spread"] = speedup(n, k, true).spread;
+        }
+      }
+      return j;
+    };
+    for (std::int64_t n : ns) {
+      const Measurement& f = measured.at({n, 0});
       std::printf("n=%-6lld full        forward %9.2f ms  peak %8.1f MB", static_cast<long long>(n),
-                  full[n].forward_ms, full[n].forward_peak_mb);
-      if (train)
-        std::printf("   fwd+bwd %9.2f ms  peak %8.1f MB", full[n].train_ms, full[n].train_peak_mb);
+                  f.forward_ms, f.forward_peak_mb);
+      if (train) std::printf("   fwd+bwd %9.2f ms  peak %8.1f MB", f.train_ms, f.train_peak_mb);
       std::printf("\n");
-      results.push_back({{"n", n},
-                         {"k", nullptr},
-                         {"forward_ms", full[n].forward_ms},
-                         {"forward_peak_mb", full[n].forward_peak_mb},
-                         {"train_ms", full[n].train_ms},
-                         {"train_peak_mb", full[n].train_peak_mb}});
+      results.push_back(cell_json(n, 0));
       for (std::int64_t k : ks) {
         if (k >= n) continue;
-        Measurement m = measure(*make(n, k), x, reps, train);
-        lin[{n, k}] = m;
-        if (profile) {
-          profiles.push_back("n=" + std::to_string(n) + ", Linformer k=" + std::to_string(k) +
-                             ", one forward:\n" + profile_forward(*make(n, k), x));
-        }
+        const Measurement& m = measured.at({n, k});
         std::printf("n=%-6lld k=%-6lld    forward %9.2f ms  peak %8.1f MB",
                     static_cast<long long>(n), static_cast<long long>(k), m.forward_ms,
                     m.forward_peak_mb);
         if (train) std::printf("   fwd+bwd %9.2f ms  peak %8.1f MB", m.train_ms, m.train_peak_mb);
         std::printf("\n");
-        results.push_back({{"n", n},
-                           {"k", k},
-                           {"forward_ms", m.forward_ms},
-                           {"forward_peak_mb", m.forward_peak_mb},
-                           {"train_ms", m.train_ms},
-                           {"train_peak_mb", m.train_peak_mb}});
+        results.push_back(cell_json(n, k));
       }
     }
+    for (const bench::RatioStats& r : timing.ratios) {
+      ratio_json.push_back({{"name", r.name}, {"median", r.median}, {"spread", r.spread}});
+    }
 
-    auto table = [&](const char* title, auto value, bool with_paper) {
+    // Cells: speed-up +- its spread (memory saved) [the paper's speed-up (memory saved)].
+    auto table = [&](const char* title, bool training, bool with_paper) {
       std::printf("\n%s\n%-7s", title, "n \\ k");
-      for (std::int64_t k : ks) std::printf(" | %-17lld", static_cast<long long>(k));
+      for (std::int64_t k : ks) std::printf(" | %-31lld", static_cast<long long>(k));
       std::printf("\n");
       for (std::int64_t n : ns) {
         std::printf("%-7lld", static_cast<long long>(n));
         for (std::int64_t k : ks) {
-          auto it = lin.find({n, k});
-          if (it == lin.end()) {
-            std::printf(" | %-17s", "-");
+          if (k >= n) {
+            std::printf(" | %-31s", "-");
             continue;
           }
-          char cell[64];
-          auto [speed, mem] = value(full[n], it->second);
+          const Measurement& f = measured.at({n, 0});
+          const Measurement& l = measured.at({n, k});
+          const bench::RatioStats& s = speedup(n, k, training);
+          const double mem =
+              training ? f.train_peak_mb / l.train_peak_mb : f.forward_peak_mb / l.forward_peak_mb;
+          char cell[96];
           auto p = paper.count(n) && paper.at(n).count(k) ? paper.at(n).at(k) : std::pair{0.0, 0.0};
-          if (with_paper && p.first > 0) {
-            std::snprintf(cell, sizeof cell, "%.1fx (%.1fx) [%.1fx (%.0fx)]", speed, mem, p.first,
-                          p.second);
-          } else {
-            std::snprintf(cell, sizeof cell, "%.1fx (%.1fx)", speed, mem);
+          const int length = std::snprintf(cell, sizeof cell, "%.2fx +-%.0f%% (%.1fx)", s.median,
+                                           100 * s.spread, mem);
+          if (with_paper && p.first > 0 && length > 0) {
+            std::snprintf(cell + length, sizeof cell - static_cast<std::size_t>(length),
+                          " [%.1fx (%.0fx)]", p.first, p.second);
           }
-          std::printf(" | %-17s", cell);
+          std::printf(" | %-31s", cell);
         }
         std::printf("\n");
       }
     };
     table(
-        "Inference: speed-up of Linformer over Transformer (memory saved), [paper's Table 3]",
-        [](const Measurement& f, const Measurement& l) {
-          return std::pair{f.forward_ms / l.forward_ms, f.forward_peak_mb / l.forward_peak_mb};
-        },
-        true);
+        "Inference: speed-up of Linformer over Transformer +- its spread (memory saved), "
+        "[paper's Table 3]",
+        false, true);
     if (train) {
       table(
-          "Training (forward+backward): speed-up (memory saved); the paper reports none",
-          [](const Measurement& f, const Measurement& l) {
-            return std::pair{f.train_ms / l.train_ms, f.train_peak_mb / l.train_peak_mb};
-          },
-          false);
+          "Training (forward+backward): speed-up +- its spread (memory saved); the paper "
+          "reports none",
+          true, false);
     }
+    std::printf("%s\n", timing.summary().c_str());
 
     nlohmann::json scaling_json;
-    for (const std::string& p : profiles) std::printf("\n%s", p.c_str());
+    if (profile) {
+      for (const auto& [key, encoder] : encoders) {
+        std::printf("\n%s, one forward:\n%s", label(key.first, key.second).c_str(),
+                    profile_forward(*encoder, inputs.at(key.first)).c_str());
+      }
+    }
     if (scaling) {
       std::vector<double> xs, tf, tl, mf, ml;
-      std::printf("\nScaling at k = %lld (forward):\n%-7s %12s %12s %12s %12s\n",
+      std::printf("\nScaling at k = %lld (forward):\n%-7s %12s %12s %12s %12s %14s\n",
                   static_cast<long long>(scaling_k), "n", "full ms", "linformer ms", "full MB",
-                  "linformer MB");
+                  "linformer MB", "speed-up");
       for (std::int64_t n : scaling_ns) {
         if (n <= scaling_k) continue;
-        Tensor x = randn({batch, n, d_model}, {.device = device});
-        Measurement f = measure(*make(n, 0), x, reps, false);
-        Measurement l = measure(*make(n, scaling_k), x, reps, false);
+        const Measurement& f = measured.at({n, 0});
+        const Measurement& l = measured.at({n, scaling_k});
         xs.push_back(static_cast<double>(n));
         tf.push_back(f.forward_ms), tl.push_back(l.forward_ms);
         mf.push_back(f.forward_peak_mb), ml.push_back(l.forward_peak_mb);
-        std::printf("%-7lld %12.2f %12.2f %12.1f %12.1f\n", static_cast<long long>(n), f.forward_ms,
-                    l.forward_ms, f.forward_peak_mb, l.forward_peak_mb);
+        const bench::RatioStats& s = speedup(n, scaling_k, false);
+        std::printf("%-7lld %12.2f %12.2f %12.1f %12.1f %7.2fx +-%.0f%%\n",
+                    static_cast<long long>(n), f.forward_ms, l.forward_ms, f.forward_peak_mb,
+                    l.forward_peak_mb, s.median, 100 * s.spread);
       }
       if (xs.size() >= 2) {
         // The exponent over the upper half of the range, where attention dominates.
@@ -347,13 +458,25 @@ int main(int argc, char** argv) {
         std::remove(dat.c_str());
       }
     }
-    std::ofstream(json_path) << nlohmann::json{{"device", device.str()}, {"d_model", d_model},
-                                               {"heads", heads},         {"d_ff", d_ff},
-                                               {"layers", layers},       {"batch", batch},
-                                               {"results", results},     {"scaling", scaling_json}}
+    // "ratios": the speed-ups by name, what examples/compare_benchmark_runs.py compares;
+    // "timing": every job's and ratio's per-round values and the stop rule's outcome.
+    std::ofstream(json_path) << nlohmann::json{{"program", "benchmark_attention"},
+                                               {"device", device.str()},
+                                               {"d_model", d_model},
+                                               {"heads", heads},
+                                               {"d_ff", d_ff},
+                                               {"layers", layers},
+                                               {"batch", batch},
+                                               {"results", results},
+                                               {"ratios", ratio_json},
+                                               {"scaling", scaling_json},
+                                               {"timing", timing.to_json()}}
                                     .dump(2)
                              << "\n";
-    std::printf("results written to %s\n", json_path.c_str());
+    std::printf(
+        "results written to %s; to check that a second run reproduces the speed-ups: "
+        "examples/compare_benchmark_runs.py FIRST.json SECOND.json\n",
+        json_path.c_str());
   } catch (const Error& e) {
     std::fprintf(stderr, "benchmark_attention: %s\n", e.what());
     return 1;

@@ -1,16 +1,18 @@
 // tinyformer against libtorch (Debian's libtorch 1.13 C++ API) on the same post-norm encoder
 // layer with identical weights: first a check that both compute the same layer, then forward
-// and forward+backward times of both, taken in the same run with the frameworks taking turns,
-// and the ratio torch / tinyformer (above 1: ours is faster). Full attention is compared with
-// torch::nn::TransformerEncoderLayer and with the same math written by hand in libtorch ops;
-// Linformer attention (one linear projection E: [k, n] shared by keys, values and heads, the
-// paper's layerwise sharing) with a hand-written libtorch version.
+// and forward+backward times of both, taken in the same run with the frameworks taking turns
+// (bench_timing.h: rounds in a changing order until the ratios are known to --target-spread or
+// --budget ends), and the ratio torch / tinyformer (above 1: ours is faster). Full attention is
+// compared with torch::nn::TransformerEncoderLayer and with the same math written by hand in
+// libtorch ops; Linformer attention (one linear projection E: [k, n] shared by keys, values and
+// heads, the paper's layerwise sharing) with a hand-written libtorch version.
 //
 // The check runs each layer once in float64 (outputs, input gradient and every parameter
 // gradient must agree to 1e-10) and once in float32, the precision that is timed (outputs must
 // agree to 1e-4; the float32 gradient differences are printed, see check()).
 //
-//   examples/benchmark_libtorch.sh build/examples/benchmark_libtorch --reps 5
+//   examples/benchmark_libtorch.sh build/examples/benchmark_libtorch   # about 10 minutes
+//   benchmark_libtorch --quick            # n = 256 and 512, k = 64: about a minute
 //   benchmark_libtorch --check-only       # the checks alone, at n = 64 (a ctest test)
 //
 // The wrapper script sets the environment libtorch runs best in (OpenBLAS core type, passive
@@ -18,6 +20,8 @@
 // prints what it saw.
 #include <omp.h>
 #include <tinyformer/tinyformer.h>
+
+#include "bench_timing.h"
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -30,6 +34,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -42,7 +47,12 @@ struct Options {
   std::vector<std::int64_t> ns = {256, 512, 1024, 2048, 4096};
   std::vector<std::int64_t> ks = {64, 128, 256};
   std::int64_t batch = 4, d_model = 256, heads = 4, d_ff = 1024;
-  int reps = 5, warmup = 2, threads = 2;
+  // The stop rule (bench_timing.h): per case, rounds until every ratio is known within
+  // target_spread or budget_s seconds have passed; reps > 0 fixes the number of rounds instead.
+  double budget_s = 30, target_spread = 0.02;
+  int min_rounds = 5, max_rounds = 1000, reps = 0, warmup = 2, threads = 2;
+  std::int64_t peak_size = 2048;  // the ceiling's reference product
+  bool quick = false;
   double rtol = 1e-4, rtol64 = 1e-10;
   std::uint64_t seed = 1234;
   bool forward_only = false, check_only = false, profile = false, bf16 = false;
@@ -401,74 +411,43 @@ std::vector<Agreement> check(Case& c, double rtol) {
 
 // --- Timing ---
 
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-struct Timing {
-  double median = 0, min = 0;  // ms
-};
-
-// What is timed, and what runs untimed before it (dropping the gradients).
-struct Job {
-  std::function<void()> setup, run;
-};
-
-// Runs every job `warmup` times, then `reps` rounds of one timed run of each, so that a change
-// in the machine's load hits every job alike.
-std::vector<Timing> time_interleaved(const std::vector<Job>& jobs, int warmup, int reps) {
-  for (int w = 0; w < warmup; ++w) {
-    for (const Job& j : jobs) j.setup(), j.run();
-  }
-  std::vector<std::vector<double>> t(jobs.size());
-  for (int rep = 0; rep < reps; ++rep) {
-    for (std::size_t i = 0; i < jobs.size(); ++i) {
-      jobs[i].setup();
-      const double start = now_ms();
-      jobs[i].run();
-      t[i].push_back(now_ms() - start);
-    }
-  }
-  std::vector<Timing> out;
-  for (auto& v : t) {
-    std::sort(v.begin(), v.end());
-    out.push_back({v[v.size() / 2], v.front()});
-  }
-  return out;
-}
-
+// Every framework of one case, forward and forward+backward, and the reference product below
+// are one set of jobs for bench::run: they take turns in an order that changes every round, so
+// that a change in the machine's load hits them alike, and each ratio is taken within a round.
 struct Row {
-  std::int64_t n, k;
+  std::int64_t n = 0, k = 0;
   std::string layer, torch_impl;
-  Timing torch_train, torch_forward, ours_train, ours_forward;
+  // Times in ms; the forward+backward ones are empty with --forward-only.
+  bench::JobStats torch_train, torch_forward, ours_train, ours_forward;
+  // torch / tinyformer, medians of the per-round ratios with their spreads.
+  bench::RatioStats ratio_train, ratio_forward;
+  // libtorch's time over the time tinyformer's matrix products alone (product_flops) would take
+  // at the rate of the reference product in the same round: what no implementation whose
+  // products run at that rate can exceed. Its median and spread, per round like the ratios.
+  bench::RatioStats ceiling;
   Agreement agreement, agreement64;
-  double product_flops =
-      0;                  // tinyformer's matrix products in one timed call (the profiler's count)
-  double peak_flops = 0;  // the reference product's rate (measure_peak)
-  // libtorch's time over the time the products alone would take at peak_flops: what no
-  // implementation whose products run at that rate can exceed.
-  double ceiling() const {
-    const double ms = torch_train.median > 0 ? torch_train.median : torch_forward.median;
-    return peak_flops > 0 && product_flops > 0 ? ms / (product_flops / peak_flops * 1e3) : 0;
-  }
+  double product_flops = 0;  // tinyformer's matrix products in one timed call (the profiler's)
+  double peak_flops = 0;     // the reference product's rate from its median time, FLOP/s
 };
 
-// The best rate of a float32 [2048 x 2048] x [2048 x 2048] product through tinyformer (under the
-// current matmul precision), in FLOP/s.
-double measure_peak() {
-  tf::NoGradGuard no_grad;
-  const tf::Tensor a = tf::randn({2048, 2048}), b = tf::randn({2048, 2048});
-  tf::Tensor c = tf::matmul(a, b);
-  double best = 1e30;
-  for (int i = 0; i < 3; ++i) {
-    const double start = now_ms();
-    c = tf::matmul(a, b);
-    best = std::min(best, now_ms() - start);
+// The reference for the ceiling: a float32 [2048 x 2048] x [2048 x 2048] product (--peak-size)
+// through tinyformer (under the current matmul precision), timed as one more job of every case's
+// set: warmed up with the others, and best judged against libtorch's time in the same round.
+struct PeakProduct {
+  std::int64_t size;
+  tf::Tensor a, b;
+  explicit PeakProduct(std::int64_t n) : size(n), a(tf::randn({n, n})), b(tf::randn({n, n})) {}
+  double flops() const {
+    return 2.0 * static_cast<double>(size * size) * static_cast<double>(size);
   }
-  return 2.0 * 2048.0 * 2048.0 * 2048.0 / (best * 1e-3);
-}
+  bench::Job job() const {
+    const std::string s = std::to_string(size);
+    return {"[" + s + "x" + s + "] product", nullptr, [this] {
+              tf::NoGradGuard no_grad;
+              tf::Tensor c = tf::matmul(a, b);
+            }};
+  }
+};
 
 // The floating-point work of tinyformer's matrix products in `run`, counted by the profiler.
 double product_flops(const std::function<void()>& run) {
@@ -481,46 +460,104 @@ double product_flops(const std::function<void()>& run) {
   return flops;
 }
 
+bench::StopRule stop_rule(const Options& o) {
+  bench::StopRule rule;
+  rule.target_spread = o.target_spread;
+  rule.budget_s = o.budget_s;
+  rule.min_rounds = o.reps > 0 ? o.reps : o.min_rounds;
+  rule.max_rounds = o.reps > 0 ? o.reps : std::max(o.max_rounds, o.min_rounds);
+  rule.min_warmup = o.warmup;
+  rule.max_warmup = std::max(o.warmup, 6);
+  return rule;
+}
+
 // Times forward (inference: no graph, in both) and forward+backward (the input requires grad in
-// both, as a layer inside a stack does) of every framework of the case.
-std::vector<Row> measure(Case& c, const std::vector<Agreement>& agreements,
-                         const std::vector<Agreement>& agreements64, const Options& o,
-                         double peak_flops) {
-  const auto nothing = [] {};
-  std::vector<std::string> impls = {"tinyformer"};
-  std::vector<Job> train = {{[&] { zero_ours(c); }, [&] { train_ours(c); }}};
-  std::vector<Job> forward = {{nothing, [&] {
-                                 tf::NoGradGuard no_grad;
-                                 tf::Tensor y = c.ours->forward(c.x);
-                               }}};
+// both, as a layer inside a stack does) of every framework of the case, and the reference
+// product, in one interleaved set. Returns a row per libtorch implementation and the set.
+std::pair<std::vector<Row>, bench::Result> measure(Case& c,
+                                                   const std::vector<Agreement>& agreements,
+                                                   const std::vector<Agreement>& agreements64,
+                                                   const Options& o, const PeakProduct& peak) {
+  struct Impl {
+    std::string name;
+    std::function<void()> zero, train, forward;
+  };
+  std::vector<Impl> impls = {{"tinyformer", [&] { zero_ours(c); }, [&] { train_ours(c); },
+                              [&] {
+                                tf::NoGradGuard no_grad;
+                                tf::Tensor y = c.ours->forward(c.x);
+                              }}};
   if (c.library) {
-    impls.push_back("torch::nn");
-    train.push_back({[&] { zero_library(c); }, [&] { train_library(c); }});
-    forward.push_back({nothing, [&] {
-                         torch::NoGradGuard no_grad;
-                         torch::Tensor y = c.library->forward(c.x_nbd);
-                       }});
-  }
-  impls.push_back("by hand");
-  train.push_back({[&] { zero_hand(c); }, [&] { train_hand(c); }});
-  forward.push_back({nothing, [&] {
+    impls.push_back({"torch::nn", [&] { zero_library(c); }, [&] { train_library(c); },
+                     [&] {
                        torch::NoGradGuard no_grad;
-                       torch::Tensor y = c.hand.forward(c.x_bnd);
+                       torch::Tensor y = c.library->forward(c.x_nbd);
                      }});
+  }
+  impls.push_back({"by hand", [&] { zero_hand(c); }, [&] { train_hand(c); },
+                   [&] {
+                     torch::NoGradGuard no_grad;
+                     torch::Tensor y = c.hand.forward(c.x_bnd);
+                   }});
 
-  std::vector<Timing> t_train(impls.size()), t_forward;
-  if (!o.forward_only) t_train = time_interleaved(train, o.warmup, o.reps);
-  t_forward = time_interleaved(forward, o.warmup, o.reps);
+  // Jobs: per implementation forward+backward (unless --forward-only) and forward, then the
+  // product. train_job[i] and forward_job[i] index them.
+  const std::string prefix = "n=" + std::to_string(c.n) + " " + c.label() + ": ";
+  std::vector<bench::Job> jobs;
+  std::vector<std::size_t> train_job, forward_job;
+  for (const Impl& impl : impls) {
+    if (!o.forward_only) {
+      train_job.push_back(jobs.size());
+      jobs.push_back({prefix + impl.name + " forward+backward", impl.zero, impl.train});
+    }
+    forward_job.push_back(jobs.size());
+    jobs.push_back({prefix + impl.name + " forward", nullptr, impl.forward});
+  }
+  const std::size_t product_job = jobs.size();
+  jobs.push_back(peak.job());
 
-  const Job& timed = o.forward_only ? forward[0] : train[0];
-  timed.setup();
-  const double flops = product_flops(timed.run);
+  // Ratios torch / tinyformer (watched by the stop rule), and torch / product for the ceiling
+  // (reported, not watched: it is a bound, not a result).
+  std::vector<bench::Ratio> ratios;
+  for (std::size_t i = 1; i < impls.size(); ++i) {
+    if (!o.forward_only) {
+      ratios.push_back(
+          {prefix + impls[i].name + " / tinyformer, forward+backward", train_job[i], train_job[0]});
+    }
+    ratios.push_back(
+        {prefix + impls[i].name + " / tinyformer, forward", forward_job[i], forward_job[0]});
+    ratios.push_back({prefix + impls[i].name + " / product",
+                      o.forward_only ? forward_job[i] : train_job[i], product_job,
+                      /*watched=*/false});
+  }
+  bench::Result result = bench::run(jobs, ratios, stop_rule(o));
+
+  const Impl& timed = impls[0];
+  if (timed.zero && !o.forward_only) timed.zero();
+  const double flops = product_flops(o.forward_only ? timed.forward : timed.train);
+  const double product_ms = result.jobs[product_job].median_ms;
   std::vector<Row> rows;
   for (std::size_t i = 1; i < impls.size(); ++i) {
-    rows.push_back({c.n, c.k, c.label(), impls[i], t_train[i], t_forward[i], t_train[0],
-                    t_forward[0], agreements[i - 1], agreements64[i - 1], flops, peak_flops});
+    Row r;
+    r.n = c.n, r.k = c.k, r.layer = c.label(), r.torch_impl = impls[i].name;
+    if (!o.forward_only) {
+      r.torch_train = result.jobs[train_job[i]], r.ours_train = result.jobs[train_job[0]];
+      r.ratio_train = result.ratio(prefix + impls[i].name + " / tinyformer, forward+backward");
+    }
+    r.torch_forward = result.jobs[forward_job[i]], r.ours_forward = result.jobs[forward_job[0]];
+    r.ratio_forward = result.ratio(prefix + impls[i].name + " / tinyformer, forward");
+    // torch_ms / (flops / rate) with rate = product flops / product_ms: the per-round ratio
+    // torch / product, scaled.
+    r.ceiling = result.ratio(prefix + impls[i].name + " / product");
+    const double scale = flops > 0 ? peak.flops() / flops : 0;
+    r.ceiling.median *= scale;
+    for (double& v : r.ceiling.values) v *= scale;
+    r.agreement = agreements[i - 1], r.agreement64 = agreements64[i - 1];
+    r.product_flops = flops;
+    r.peak_flops = product_ms > 0 ? peak.flops() / (product_ms * 1e-3) : 0;
+    rows.push_back(std::move(r));
   }
-  return rows;
+  return {std::move(rows), std::move(result)};
 }
 
 // --- What ran: the environment, the libraries, the threads ---
@@ -579,33 +616,37 @@ nlohmann::json describe_environment() {
   return env;
 }
 
-// "fwd+bwd (fwd)", or "- (fwd)" when only the forward pass was timed.
-std::string pair(double train, double forward, bool forward_only) {
-  char buf[64];
-  if (forward_only) {
-    std::snprintf(buf, sizeof buf, "- (%.2f)", forward);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.2f (%.2f)", train, forward);
-  }
+// "fwd+bwd (fwd)", or "- (fwd)" when only the forward pass was timed; `format` prints one value.
+std::string pair(double train, double forward, bool forward_only, const char* format = "%.2f") {
+  char a[32], b[32], buf[80];
+  std::snprintf(a, sizeof a, format, train);
+  std::snprintf(b, sizeof b, format, forward);
+  std::snprintf(buf, sizeof buf, "%s (%s)", forward_only ? "-" : a, b);
   return buf;
 }
 
 void print_header() {
-  std::printf("%-6s %-15s %-10s | %-20s | %-20s | %-13s | %-20s | %s\n", "n", "layer", "torch",
-              "torch ms", "tinyformer ms", "ratio", "ratio (fastest runs)", "ceiling");
+  std::printf("%-6s %-15s %-10s | %-17s | %-17s | %-17s | %-17s | %-13s | %-13s | %-13s | %s\n",
+              "n", "layer", "torch", "torch ms", "min", "tinyformer ms", "min", "ratio", "+-",
+              "fastest runs", "ceiling");
 }
 
 void print_row(const Row& r, bool forward_only) {
-  const double train_ratio = forward_only ? 0 : r.torch_train.median / r.ours_train.median;
-  const double fastest_train_ratio = forward_only ? 0 : r.torch_train.min / r.ours_train.min;
+  auto spread = [](double s) { return std::isfinite(s) ? 100 * s : NAN; };
   std::printf(
-      "%-6lld %-15s %-10s | %-20s | %-20s | %-13s | %-20s | %.2f\n", static_cast<long long>(r.n),
-      r.layer.c_str(), r.torch_impl.c_str(),
-      pair(r.torch_train.median, r.torch_forward.median, forward_only).c_str(),
-      pair(r.ours_train.median, r.ours_forward.median, forward_only).c_str(),
-      pair(train_ratio, r.torch_forward.median / r.ours_forward.median, forward_only).c_str(),
-      pair(fastest_train_ratio, r.torch_forward.min / r.ours_forward.min, forward_only).c_str(),
-      r.ceiling());
+      "%-6lld %-15s %-10s | %-17s | %-17s | %-17s | %-17s | %-13s | %-13s | %-13s | %.2f\n",
+      static_cast<long long>(r.n), r.layer.c_str(), r.torch_impl.c_str(),
+      pair(r.torch_train.median_ms, r.torch_forward.median_ms, forward_only).c_str(),
+      pair(r.torch_train.min_ms, r.torch_forward.min_ms, forward_only).c_str(),
+      pair(r.ours_train.median_ms, r.ours_forward.median_ms, forward_only).c_str(),
+      pair(r.ours_train.min_ms, r.ours_forward.min_ms, forward_only).c_str(),
+      pair(r.ratio_train.median, r.ratio_forward.median, forward_only).c_str(),
+      pair(spread(r.ratio_train.spread), spread(r.ratio_forward.spread), forward_only, "%.1f%%")
+          .c_str(),
+      pair(r.torch_train.min_ms / r.ours_train.min_ms,
+           r.torch_forward.min_ms / r.ours_forward.min_ms, forward_only)
+          .c_str(),
+      r.ceiling.median);
 }
 
 nlohmann::json agreement_json(const Agreement& a) {
@@ -615,14 +656,21 @@ nlohmann::json agreement_json(const Agreement& a) {
           {"worst_param", a.worst_param}};
 }
 
+// A finite value, or null (nothing timed, or too few rounds for a spread).
+nlohmann::json number(double v) {
+  return std::isfinite(v) && v != 0 ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
 nlohmann::json to_json(const Row& r) {
-  // Train times are null when only the forward pass was timed.
-  auto timing = [](const Timing& train, const Timing& fwd) {
-    auto ms = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
-    return nlohmann::json{{"train_ms", ms(train.median)},
-                          {"train_min_ms", ms(train.min)},
-                          {"forward_ms", fwd.median},
-                          {"forward_min_ms", fwd.min}};
+  // Train values are null when only the forward pass was timed.
+  auto timing = [](const bench::JobStats& train, const bench::JobStats& fwd) {
+    return nlohmann::json{{"train_ms", number(train.median_ms)},
+                          {"train_min_ms", number(train.min_ms)},
+                          {"train_spread", number(train.spread)},
+                          {"forward_ms", number(fwd.median_ms)},
+                          {"forward_min_ms", number(fwd.min_ms)},
+                          {"forward_spread", number(fwd.spread)},
+                          {"rounds", fwd.ms.size()}};
   };
   return {{"n", r.n},
           {"layer", r.layer},
@@ -630,20 +678,42 @@ nlohmann::json to_json(const Row& r) {
           {"torch_impl", r.torch_impl},
           {"torch", timing(r.torch_train, r.torch_forward)},
           {"tinyformer", timing(r.ours_train, r.ours_forward)},
-          {"ratio_train", r.ours_train.median > 0
-                              ? nlohmann::json(r.torch_train.median / r.ours_train.median)
-                              : nlohmann::json(nullptr)},
-          {"ratio_forward", r.torch_forward.median / r.ours_forward.median},
+          // Medians of the per-round ratios torch / tinyformer; spread: the relative half-width
+          // of their median's 95% confidence interval; iqr: how single rounds scatter.
+          {"ratio_train", number(r.ratio_train.median)},
+          {"ratio_train_spread", number(r.ratio_train.spread)},
+          {"ratio_train_iqr", number(r.ratio_train.iqr)},
+          {"ratio_forward", number(r.ratio_forward.median)},
+          {"ratio_forward_spread", number(r.ratio_forward.spread)},
+          {"ratio_forward_iqr", number(r.ratio_forward.iqr)},
+          {"ratio_train_fastest", number(r.torch_train.min_ms / r.ours_train.min_ms)},
+          {"ratio_forward_fastest", number(r.torch_forward.min_ms / r.ours_forward.min_ms)},
           {"product_gflop", r.product_flops * 1e-9},
-          {"ceiling", r.ceiling()},
+          {"peak_gflops", r.peak_flops * 1e-9},
+          {"ceiling", number(r.ceiling.median)},
+          {"ceiling_spread", number(r.ceiling.spread)},
           {"agreement_float32", agreement_json(r.agreement)},
           {"agreement_float64", agreement_json(r.agreement64)}};
 }
 
+// The cells a second run is compared by (examples/compare_benchmark_runs.py): every ratio the
+// table reports, under a name that says which.
+void add_ratios(nlohmann::json& out, const Row& r, bool forward_only) {
+  const std::string cell = "n=" + std::to_string(r.n) + " " + r.layer + " " + r.torch_impl;
+  auto add = [&](const std::string& what, const bench::RatioStats& s) {
+    out.push_back(
+        {{"name", cell + " " + what}, {"median", number(s.median)}, {"spread", number(s.spread)}});
+  };
+  if (!forward_only) add("forward+backward", r.ratio_train);
+  add("forward", r.ratio_forward);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"An encoder layer in tinyformer and in libtorch: agreement, then speed"};
+  CLI::App app{
+      "An encoder layer in tinyformer and in libtorch: agreement, then speed. The defaults take "
+      "about 10 minutes on 2 cores (at most --budget seconds per case beyond the first "
+      "--min-rounds rounds), --quick about one"};
   Options o;
   app.add_option("--n", o.ns, "sequence lengths")->delimiter(',');
   app.add_option("--k", o.ks, "Linformer projected lengths (k < n are timed)")->delimiter(',');
@@ -651,9 +721,38 @@ int main(int argc, char** argv) {
   app.add_option("--d-model", o.d_model);
   app.add_option("--heads", o.heads);
   app.add_option("--d-ff", o.d_ff);
-  app.add_option("--reps", o.reps, "timed runs of each, the median reported")
+  auto* budget_option =
+      app.add_option("--budget", o.budget_s,
+                     "seconds per case (both frameworks, forward and forward+backward, timed "
+                     "together), warm-up included; the first --min-rounds rounds always run")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+  app.add_option("--target-spread", o.target_spread,
+                 "stop a case once every ratio's median is known to this relative precision "
+                 "(half-width of its 95% confidence interval)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  auto* min_rounds_option = app.add_option("--min-rounds", o.min_rounds, "timed rounds at least")
+                                ->check(CLI::Range(1, 1000000))
+                                ->capture_default_str();
+  app.add_option("--max-rounds", o.max_rounds, "timed rounds at most")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--reps", o.reps,
+                 "exactly this many timed rounds per case, instead of the stop rule")
       ->check(CLI::Range(1, 1000000));
-  app.add_option("--warmup", o.warmup, "untimed runs of each first")->check(CLI::Range(0, 1000000));
+  app.add_option("--warmup", o.warmup,
+                 "untimed rounds first, at least (more, up to 6, until two consecutive times of "
+                 "every job agree within 5%)")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  app.add_flag("--quick", o.quick,
+               "n = 256 and 512, k = 64, 3 rounds at least and 5 s per case unless given: about "
+               "a minute on 2 cores");
+  app.add_option("--peak-size", o.peak_size,
+                 "the ceiling's reference: a square float32 product of this size")
+      ->check(CLI::Range(16, 16384))
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "threads of both frameworks")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--rtol", o.rtol,
@@ -686,6 +785,12 @@ int main(int argc, char** argv) {
       if (app.count("--k") == 0) o.ks = {16, 64};
       if (batch_option->count() == 0) o.batch = 2;
     }
+    if (o.quick) {
+      if (app.count("--n") == 0) o.ns = {256, 512};
+      if (app.count("--k") == 0) o.ks = {64};
+      if (budget_option->count() == 0) o.budget_s = 5;
+      if (min_rounds_option->count() == 0) o.min_rounds = 3;
+    }
     for (std::int64_t n : o.ns) TF_CHECK(n > 0, "benchmark_libtorch: expected n > 0, got ", n);
     for (std::int64_t k : o.ks) TF_CHECK(k > 0, "benchmark_libtorch: expected k > 0, got ", k);
 
@@ -707,30 +812,31 @@ int main(int argc, char** argv) {
                   tf::runtime_info().c_str());
       tf::set_matmul_precision(tf::MatmulPrecision::exact);
     }
+    const bench::StopRule rule = stop_rule(o);
     if (!o.check_only) {
       std::printf(
-          "timing: %d warm-up runs, then the median of %d; the frameworks take turns. "
-          "forward: inference, no graph (NoGradGuard in both); forward+backward: the "
-          "input requires grad, loss sum(out * r) for a fixed random r\n",
-          o.warmup, o.reps);
+          "timing: per case, both frameworks (forward and forward+backward) and the reference "
+          "product are one set of jobs taking turns in an order that changes every round: %s. "
+          "A ratio is the median of the per-round ratios torch / tinyformer, +- the half-width "
+          "of its 95%% confidence interval. forward: inference, no graph (NoGradGuard in both); "
+          "forward+backward: the input requires grad, loss sum(out * r) for a fixed random r\n",
+          bench::describe(rule).c_str());
+      std::printf(
+          "ceiling: libtorch's time over the time tinyformer's matrix products alone would take "
+          "at the rate of a [%lld x %lld] x [%lld x %lld] product through tinyformer%s, timed "
+          "in the same rounds, everything else free: no implementation whose products run at "
+          "that rate can beat libtorch by more\n",
+          static_cast<long long>(o.peak_size), static_cast<long long>(o.peak_size),
+          static_cast<long long>(o.peak_size), static_cast<long long>(o.peak_size),
+          o.bf16 ? " (bfloat16 operands)" : "");
     }
     std::printf("\n");
 
     std::vector<Row> rows;
+    nlohmann::json sets = nlohmann::json::array(), ratios = nlohmann::json::array();
     std::vector<std::string> profiles;
-    double peak_flops = 0;
-    if (!o.check_only) {
-      if (o.bf16) tf::set_matmul_precision(tf::MatmulPrecision::bf16);
-      peak_flops = measure_peak();
-      tf::set_matmul_precision(tf::MatmulPrecision::exact);
-      std::printf(
-          "ceiling: libtorch's time over the time tinyformer's matrix products alone would take "
-          "at %.0f GFLOP/s (the best of three [2048x2048] x [2048x2048] products through "
-          "tinyformer%s just now), everything else free: no implementation whose products run "
-          "at that rate can beat libtorch by more\n\n",
-          peak_flops * 1e-9, o.bf16 ? ", bfloat16 operands" : "");
-      print_header();
-    }
+    std::optional<PeakProduct> peak;
+    if (!o.check_only) peak.emplace(o.peak_size);
     for (std::int64_t n : o.ns) {
       std::vector<std::int64_t> kinds = {0};
       for (std::int64_t k : o.ks) {
@@ -756,8 +862,15 @@ int main(int argc, char** argv) {
           tf::set_matmul_precision(tf::MatmulPrecision::exact);
           continue;
         }
-        for (Row& r : measure(c, agreements, agreements64, o, peak_flops)) {
-          print_row(r, o.forward_only);
+        auto [case_rows, result] = measure(c, agreements, agreements64, o, *peak);
+        std::printf("n=%lld, %s:\n%s\n", static_cast<long long>(n), c.label().c_str(),
+                    result.report().c_str());
+        nlohmann::json set = result.to_json();
+        set["n"] = n;
+        set["layer"] = c.label();
+        sets.push_back(std::move(set));
+        for (Row& r : case_rows) {
+          add_ratios(ratios, r, o.forward_only);
           rows.push_back(std::move(r));
         }
         if (o.profile) {
@@ -780,32 +893,53 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::printf(
-        "\nmedian ms per layer call, forward+backward (forward); ratio = torch / "
-        "tinyformer, above 1: tinyformer is faster\n");
+        "\nms per layer call, forward+backward (forward): medians and the fastest runs; ratio = "
+        "torch / tinyformer (median of the per-round ratios; above 1: tinyformer is faster), +- "
+        "the half-width of its 95%% confidence interval; fastest runs: the ratio of the "
+        "fastest runs\n");
     print_header();
     for (const Row& r : rows) print_row(r, o.forward_only);
+    int unconverged = 0;
+    for (const nlohmann::json& s : sets) unconverged += s["stop"] != "converged";
+    if (unconverged > 0) {
+      std::printf(
+          "%d of %zu cases stopped at the budget or the round limit before every ratio was "
+          "within +-%.1f%% (see each case's lines above)\n",
+          unconverged, sets.size(), 100 * o.target_spread);
+    }
     for (const std::string& p : profiles) std::printf("\n%s", p.c_str());
 
     nlohmann::json results = nlohmann::json::array();
     for (const Row& r : rows) results.push_back(to_json(r));
-    std::ofstream(o.json_path) << nlohmann::json{{"config",
+    std::ofstream(o.json_path) << nlohmann::json{{"program", "benchmark_libtorch"},
+                                                 {"config",
                                                   {{"d_model", o.d_model},
                                                    {"heads", o.heads},
                                                    {"d_ff", o.d_ff},
                                                    {"batch", o.batch},
                                                    {"threads", o.threads},
-                                                   {"reps", o.reps},
-                                                   {"warmup", o.warmup},
+                                                   {"budget_s", rule.budget_s},
+                                                   {"target_spread", rule.target_spread},
+                                                   {"min_rounds", rule.min_rounds},
+                                                   {"max_rounds", rule.max_rounds},
+                                                   {"min_warmup", rule.min_warmup},
+                                                   {"max_warmup", rule.max_warmup},
                                                    {"forward_only", o.forward_only},
                                                    {"activation", "relu"},
                                                    {"norm", "post"},
                                                    {"dtype", "float32"},
-                                                   {"tinyformer_bf16_products", o.bf16}}},
+                                                   {"tinyformer_bf16_products", o.bf16},
+                                                   {"peak_size", o.peak_size}}},
                                                  {"environment", environment},
-                                                 {"results", results}}
+                                                 {"results", results},
+                                                 {"ratios", ratios},
+                                                 {"sets", sets}}
                                       .dump(2)
                                << "\n";
-    std::printf("results written to %s\n", o.json_path.c_str());
+    std::printf(
+        "results written to %s; to check that a second run reproduces the ratios: "
+        "examples/compare_benchmark_runs.py FIRST.json SECOND.json\n",
+        o.json_path.c_str());
   } catch (const tf::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());  // our messages name the program already
     return 1;
