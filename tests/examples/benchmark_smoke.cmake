@@ -1,0 +1,61 @@
+# ctest: a benchmark program (benchmark_libtorch, benchmark_attention) at toy sizes with a tiny
+# time budget: it must finish, print its tables, and write JSON whose "ratios" are positive
+# numbers with their spreads; examples/compare_benchmark_runs.py must find the file equal to
+# itself and a copy with one ratio 20% off different (where Python 3 is found); a bad budget is
+# refused.
+#   cmake -DBENCHMARK=<binary> -DWORK_DIR=<dir> "-DARGS=<flags>" -DEXPECT=<text in the output>
+#     [-DPYTHON=<python3> -DCOMPARE=<compare_benchmark_runs.py>] -P benchmark_smoke.cmake
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+separate_arguments(args UNIX_COMMAND "${ARGS}")
+set(json ${WORK_DIR}/run.json)
+
+execute_process(COMMAND ${BENCHMARK} ${args} --json ${json}
+  WORKING_DIRECTORY ${WORK_DIR} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${BENCHMARK} failed (${rc}):\n${out}\n${err}")
+endif()
+foreach(expected "${EXPECT}" "warm-up rounds" "results written to")
+  string(FIND "${out}" "${expected}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the output lacks '${expected}':\n${out}")
+  endif()
+endforeach()
+
+file(READ ${json} text)
+string(JSON count LENGTH "${text}" ratios)
+if(count LESS 1)
+  message(FATAL_ERROR "no ratios in ${json}:\n${text}")
+endif()
+math(EXPR last "${count} - 1")
+foreach(i RANGE ${last})
+  string(JSON name GET "${text}" ratios ${i} name)
+  string(JSON median GET "${text}" ratios ${i} median)
+  string(JSON spread_type TYPE "${text}" ratios ${i} spread)
+  if(NOT median GREATER 0 OR NOT spread_type STREQUAL "NUMBER")
+    message(FATAL_ERROR "ratio '${name}': median ${median}, spread of type ${spread_type}")
+  endif()
+endforeach()
+
+if(PYTHON AND COMPARE)
+  execute_process(COMMAND ${PYTHON} ${COMPARE} ${json} ${json}
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "largest difference: 0.0%")
+    message(FATAL_ERROR "a file compared with itself (${rc}):\n${out}\n${err}")
+  endif()
+  # CMake has no floating-point arithmetic: Python writes the copy with one ratio 1.2 times.
+  execute_process(COMMAND ${PYTHON} -c
+    "import json,sys; d=json.load(open(sys.argv[1])); d['ratios'][0]['median']*=1.2; json.dump(d,open(sys.argv[2],'w'))"
+    ${json} ${WORK_DIR}/changed.json RESULT_VARIABLE rc)
+  execute_process(COMMAND ${PYTHON} ${COMPARE} ${json} ${WORK_DIR}/changed.json
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 1 OR NOT out MATCHES "\\+20\\.0%  EXCEEDS")
+    message(FATAL_ERROR "a ratio 20% off was not flagged (${rc}):\n${out}\n${err}")
+  endif()
+endif()
+
+execute_process(COMMAND ${BENCHMARK} ${args} --budget -1 --json ${WORK_DIR}/bad.json
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR EXISTS ${WORK_DIR}/bad.json)
+  message(FATAL_ERROR "--budget -1 was accepted:\n${out}\n${err}")
+endif()
