@@ -900,7 +900,9 @@ int main(int argc, char** argv) {
     print_header();
     for (const Row& r : rows) print_row(r, o.forward_only);
     int unconverged = 0;
-    for (const nlohmann::json& s : sets) unconverged += s["stop"] != "converged";
+    if (rule.min_rounds != rule.max_rounds) {  // a fixed number of rounds has no target
+      for (const nlohmann::json& s : sets) unconverged += s["stop"] != "converged";
+    }
     if (unconverged > 0) {
       std::printf(
           "%d of %zu cases stopped at the budget or the round limit before every ratio was "
