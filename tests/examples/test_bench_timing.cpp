@@ -7,7 +7,7 @@
 #include <set>
 #include <utility>
 
-#include "../../examples/bench_timing.h"
+#include "bench_timing.h"
 
 namespace {
 
