@@ -6,8 +6,9 @@
 // (best raw time / our time; 1.00 means as fast), by medians and, less sensitive to other
 // processes on the machine, by the fastest runs.
 //
-//   benchmark_ops            # the full table, a few minutes on 2 cores
-//   benchmark_ops --quick    # fewer repetitions
+//   benchmark_ops            # the full table, about a minute on 2 cores (3 s per row at most,
+//                            # beyond 5 rounds)
+//   benchmark_ops --quick    # 1 s per row
 //
 // Unlike the other examples it calls the libraries directly (for the references) and the
 // backend's kernels without autograd, so it sees the backend's headers.
@@ -16,7 +17,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <dnnl.hpp>
@@ -27,52 +27,76 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "bench_timing.h"
 #include "core/backend.h"
 
 using namespace tinyformer;
 
 namespace {
 
-int g_reps = 9;  // timed repetitions per measurement, after warm-up
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+// The stop rule per row (bench_timing.h): rounds until ours against each reference is known
+// within 2%, or the row's budget ends; --quick shortens it.
+bench::StopRule g_rule = [] {
+  bench::StopRule rule;
+  rule.budget_s = 3;
+  return rule;
+}();
 
 // Median and fastest seconds of one function's runs.
 struct Stat {
   double median = 0, min = 0;
 };
 
-// Times each function: two warm-up runs of each (which also create and cache primitives and
-// touch every page), then at least `g_reps` timed runs, more for fast ones (about half a
-// second's worth, up to 60). The functions take turns, one run each per round, so that a change
-// in machine load hits all of them alike. An empty function gets zeros.
-std::vector<Stat> time_all(const std::vector<std::function<void()>>& fs) {
-  double round = 0;
-  for (const auto& f : fs) {
-    if (!f) continue;
-    f();
-    const double start = now_s();
-    f();
-    round += now_s() - start;
+// Times the functions as one interleaved set (bench::run): warm-up runs of each (which also
+// create and cache primitives and touch every page), then rounds of one run each, in an order
+// that changes every round, so that a change in machine load hits all of them alike, until the
+// ratios of each reference (cblas, oneDNN: fs[2], fs[3]) to ours (fs[0]) are known. An empty
+// function gets zeros. Also returns, per reference, the median of the per-round ratios
+// reference / ours and its spread (zeros where it is absent).
+struct Timings {
+  std::vector<Stat> stats;
+  std::vector<bench::RatioStats> raw_over_ours;  // cblas, oneDNN
+  std::string summary;  // the rounds, and whether a limit ended them before the target spread
+};
+
+std::string reference_name(std::size_t i) {
+  return i == 2 ? "cblas / ours" : "oneDNN / ours";
+}
+
+Timings time_all(const std::vector<std::function<void()>>& fs) {
+  std::vector<bench::Job> jobs;
+  std::vector<std::size_t> job_of(fs.size(), fs.size());
+  for (std::size_t i = 0; i < fs.size(); ++i) {
+    if (!fs[i]) continue;
+    job_of[i] = jobs.size();
+    jobs.push_back({"function " + std::to_string(i), nullptr, fs[i]});
   }
-  const int reps = std::clamp(static_cast<int>(0.5 / std::max(round, 1e-9)), g_reps, 60);
-  std::vector<std::vector<double>> t(fs.size());
-  for (int rep = 0; rep < reps; ++rep) {
-    for (std::size_t i = 0; i < fs.size(); ++i) {
-      if (!fs[i]) continue;
-      const double start = now_s();
-      fs[i]();
-      t[i].push_back(now_s() - start);
+  std::vector<bench::Ratio> ratios;
+  for (std::size_t i : {std::size_t{2}, std::size_t{3}}) {
+    if (job_of[0] < fs.size() && job_of[i] < fs.size()) {
+      ratios.push_back({reference_name(i), job_of[i], job_of[0]});
     }
   }
-  std::vector<Stat> stats;
-  for (auto& v : t) {
-    std::sort(v.begin(), v.end());
-    stats.push_back(v.empty() ? Stat{} : Stat{v[v.size() / 2], v.front()});
+  const bench::Result result = bench::run(jobs, ratios, g_rule);
+  Timings t;
+  for (std::size_t i = 0; i < fs.size(); ++i) {
+    const bool timed = job_of[i] < fs.size();
+    t.stats.push_back(
+        timed ? Stat{result.jobs[job_of[i]].median_ms * 1e-3, result.jobs[job_of[i]].min_ms * 1e-3}
+              : Stat{});
   }
-  return stats;
+  for (std::size_t i : {std::size_t{2}, std::size_t{3}}) {
+    bench::RatioStats r;
+    for (const bench::RatioStats& s : result.ratios) {
+      if (s.name == reference_name(i)) r = s;
+    }
+    t.raw_over_ours.push_back(r);
+  }
+  t.summary = std::to_string(result.rounds);
+  if (result.stop != bench::StopReason::converged) {
+    t.summary += std::string(" (") + bench::to_string(result.stop) + " before the target)";
+  }
+  return t;
 }
 
 Backend& cpu() {
@@ -121,12 +145,14 @@ struct Row {
 };
 
 void print_header() {
-  std::printf("\n%-20s %-25s %9s %9s %9s %9s %9s %9s %7s %7s\n", "op", "shape", "ours ms",
-              "public ms", "cblas ms", "oneDNN ms", "ours", "best raw", "vs raw", "(min)");
+  std::printf("\n%-20s %-25s %9s %9s %9s %9s %9s %9s %7s %6s %7s  %s\n", "op", "shape", "ours ms",
+              "public ms", "cblas ms", "oneDNN ms", "ours", "best raw", "vs raw", "+-", "(min)",
+              "rounds");
 }
 
 void print_row(const Row& r) {
-  const auto t = time_all({r.ours, r.ours_public, r.blas, r.dnnl});
+  const Timings timings = time_all({r.ours, r.ours_public, r.blas, r.dnnl});
+  const auto& t = timings.stats;
   auto ms = [](double s) {
     char buf[32];
     if (s > 0) {
@@ -136,17 +162,24 @@ void print_row(const Row& r) {
     }
     return std::string(buf);
   };
-  // The best raw call, by median and by fastest run.
+  // The best raw call, by median and by fastest run; vs raw: the median of the per-round
+  // ratios of the faster reference (by median) to ours.
   Stat best;
-  for (const Stat& raw : {t[2], t[3]}) {
-    if (raw.median > 0 && (best.median == 0 || raw.median < best.median)) best.median = raw.median;
+  bench::RatioStats best_ratio;
+  for (std::size_t i : {std::size_t{2}, std::size_t{3}}) {
+    const Stat& raw = t[i];
+    if (raw.median > 0 && (best.median == 0 || raw.median < best.median)) {
+      best.median = raw.median;
+      best_ratio = timings.raw_over_ours[i - 2];
+    }
     if (raw.min > 0 && (best.min == 0 || raw.min < best.min)) best.min = raw.min;
   }
   const char* unit = r.unit == "GFLOP/s" ? "GF" : "GB";  // per second, 1e9 either way
-  std::printf("%-20s %-25s %s %s %s %s %6.1f %-2s %6.1f %-2s %7.2f %7.2f\n", r.op.c_str(),
-              r.shape.c_str(), ms(t[0].median).c_str(), ms(t[1].median).c_str(),
+  std::printf("%-20s %-25s %s %s %s %s %6.1f %-2s %6.1f %-2s %7.2f %5.1f%% %7.2f  %s\n",
+              r.op.c_str(), r.shape.c_str(), ms(t[0].median).c_str(), ms(t[1].median).c_str(),
               ms(t[2].median).c_str(), ms(t[3].median).c_str(), r.work / t[0].median / 1e9, unit,
-              r.work / best.median / 1e9, unit, best.median / t[0].median, best.min / t[0].min);
+              r.work / best.median / 1e9, unit, best_ratio.median, 100 * best_ratio.spread,
+              best.min / t[0].min, timings.summary.c_str());
 }
 
 Tensor random_f32(const Shape& shape) {
@@ -323,28 +356,37 @@ void bench_elementwise(std::int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool tiny = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
-      g_reps = 3;
+      g_rule.min_rounds = 3;
+      g_rule.budget_s = 1;
+    } else if (std::strcmp(argv[i], "--tiny") == 0) {
+      // Toy sizes and a tenth of a second per row: checks that the program runs (a ctest).
+      tiny = true;
+      g_rule.min_rounds = 3;
+      g_rule.budget_s = 0.1;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick | --tiny]\n", argv[0]);
       return 2;
     }
   }
   std::printf("%s\n", cpu::runtime_info().c_str());
   std::printf(
-      "medians of %d-60 interleaved runs after 2 warm-up runs; 'vs raw' = best raw time /\n"
-      "our time, of medians and (min) of fastest runs\n",
-      g_reps);
+      "per row: %s.\n'vs raw' = best raw time / our time: the median of the per-round ratios "
+      "+- the half-width of its 95%% confidence interval, and (min) of the fastest runs\n",
+      bench::describe(g_rule).c_str());
   try {
+    // The sizes, divided by `d` with --tiny.
+    const std::int64_t d = tiny ? 16 : 1;
     print_header();
-    for (std::int64_t n : {512, 1024, 2048}) bench_matmul("matmul", 1, n, n, n, false);
+    for (std::int64_t n : {512, 1024, 2048}) bench_matmul("matmul", 1, n / d, n / d, n / d, false);
     // Attention with 32 heads of 64 at n = 1024: scores = Q K^T, then out = P V.
-    bench_matmul("matmul QK^T", 32, 1024, 64, 1024, true);
-    bench_matmul("matmul PV", 32, 1024, 1024, 64, false);
-    bench_softmax(16 * 1024, 1024);
-    bench_layer_norm(8192, 768);
-    bench_elementwise(16 * 1024 * 1024);
+    bench_matmul("matmul QK^T", 32 / d, 1024 / d, 64, 1024 / d, true);
+    bench_matmul("matmul PV", 32 / d, 1024 / d, 1024 / d, 64, false);
+    bench_softmax(16 * 1024 / d, 1024 / d);
+    bench_layer_norm(8192 / d, 768 / d);
+    bench_elementwise(16 * 1024 * 1024 / (d * d));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "benchmark_ops: %s\n", e.what());
     return 1;
