@@ -6,8 +6,9 @@ difference. Exits 1 when any difference exceeds --threshold (default 5%), 2 on b
 
     examples/compare_benchmark_runs.py first.json second.json [--threshold 0.05]
 
-Both programs write the cells under "ratios": [{"name", "median", "spread"}, ...]. Python 3's
-standard library only.
+Both programs write the cells under "ratios": [{"name", "median", "spread"}, ...]; from an older
+file without that list the ratios are derived from its "results". Python 3's standard library
+only.
 """
 import argparse
 import json
@@ -20,12 +21,37 @@ def fail(message):
     sys.exit(2)
 
 
+def derive_ratios(data):
+    """The same cells from a file written before the programs listed their ratios (no spreads)."""
+    ratios = []
+    results = data["results"]
+    if results and "torch_impl" in results[0]:
+        for r in results:
+            cell = f"n={r['n']} {r['layer']} {r['torch_impl']}"
+            for key, what in (("ratio_train", "forward+backward"), ("ratio_forward", "forward")):
+                if r.get(key) is not None:
+                    ratios.append({"name": f"{cell} {what}", "median": r[key]})
+        return {"program": "benchmark_libtorch", "ratios": ratios}
+    full = {r["n"]: r for r in results if r.get("k") is None}
+    for r in results:
+        f = full.get(r["n"])
+        if r.get("k") is None or f is None:
+            continue
+        cell = f"n={r['n']} k={r['k']}"
+        for key, what in (("forward_ms", "inference"), ("train_ms", "training")):
+            if r.get(key) and f.get(key):
+                ratios.append({"name": f"{cell} {what} speed-up", "median": f[key] / r[key]})
+    return {"program": "benchmark_attention", "ratios": ratios}
+
+
 def load_ratios(path):
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         fail(f"cannot read {path}: {e}")
+    if isinstance(data, dict) and "ratios" not in data and isinstance(data.get("results"), list):
+        data = derive_ratios(data)
     if not isinstance(data, dict) or not isinstance(data.get("ratios"), list):
         fail(f"{path} has no \"ratios\" list (is it the JSON output "
              "of benchmark_libtorch or benchmark_attention?)")
