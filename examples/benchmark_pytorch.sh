@@ -1,0 +1,161 @@
+#!/bin/sh
+# tinyformer against PyTorch 2.x on the same encoder layers, side by side: exports the cases
+# once (benchmark_libtorch --export), checks that PyTorch computes tinyformer's layer, then runs
+# the two programs in turns for R rounds (tinyformer, PyTorch, tinyformer, ...) so that both see
+# the same load, and prints per case the median over the rounds.
+#
+#   examples/benchmark_pytorch.sh [--quick] [--rounds 5] [--n 256,512,...] [--k 64,128,256]
+#       [--threads 2] [--reps 5] [--warmup 2] [--batch 4] [--out DIR]
+#       [--binary path/to/benchmark_libtorch] [--venv path/to/venv]
+#
+# --quick: n 256 and 512, k 64 and 128, 2 rounds of 3 reps (about a minute).
+# tinyformer runs under examples/benchmark_libtorch.sh's environment (OpenBLAS core type,
+# passive OpenMP waiting, tcmalloc). PyTorch runs with OMP_WAIT_POLICY=passive and nothing
+# preloaded: its wheel brings its own MKL, oneDNN and OpenMP runtime. The PyTorch environment
+# comes from --venv, else $TINYFORMER_TORCH_VENV, else ~/.cache/tinyformer/venv-torch (where
+# examples/setup_pytorch_venv.sh installs it), else python3 if torch imports there.
+# Everything lands in --out (default benchmark_pytorch_results): the exported cases, each
+# round's JSON from both programs, and summary.json with the table's numbers.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+rounds=5 ns=256,512,1024,2048,4096 ks=64,128,256 threads=2 reps=5 warmup=2 batch=4
+out=benchmark_pytorch_results binary="" venv=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) ns=256,512 ks=64,128 rounds=2 reps=3 warmup=1 ;;
+    --rounds) rounds=$2; shift ;;
+    --n) ns=$2; shift ;;
+    --k) ks=$2; shift ;;
+    --threads) threads=$2; shift ;;
+    --reps) reps=$2; shift ;;
+    --warmup) warmup=$2; shift ;;
+    --batch) batch=$2; shift ;;
+    --out) out=$2; shift ;;
+    --binary) binary=$2; shift ;;
+    --venv) venv=$2; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "benchmark_pytorch.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+if [ -z "$binary" ]; then
+  for candidate in ./benchmark_libtorch ./examples/benchmark_libtorch \
+    build/examples/benchmark_libtorch; do
+    if [ -x "$candidate" ]; then
+      binary=$candidate
+      break
+    fi
+  done
+fi
+if [ -z "$binary" ] || [ ! -x "$binary" ]; then
+  echo "benchmark_pytorch.sh: no benchmark_libtorch binary found; pass --binary" \
+    "(it is built where Debian's libtorch-dev is installed)" >&2
+  exit 2
+fi
+
+python=""
+for candidate in ${venv:+"$venv/bin/python"} ${TINYFORMER_TORCH_VENV:+"$TINYFORMER_TORCH_VENV/bin/python"} \
+  "$HOME/.cache/tinyformer/venv-torch/bin/python" python3; do
+  if "$candidate" -c 'import torch, safetensors' 2>/dev/null; then
+    python=$candidate
+    break
+  fi
+done
+if [ -z "$python" ]; then
+  echo "benchmark_pytorch.sh: no Python with torch and safetensors found; run" \
+    "examples/setup_pytorch_venv.sh first" >&2
+  exit 2
+fi
+
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+mkdir -p "$out"
+sizes="--n $ns --k $ks --batch $batch"
+echo "benchmark_pytorch.sh: exporting the cases to $out/cases"
+# shellcheck disable=SC2086
+"$binary" --export "$out/cases" $sizes --threads "$threads" > "$out/export.log"
+echo "benchmark_pytorch.sh: PyTorch from $python; the agreement check:"
+"$python" "$here/benchmark_pytorch.py" --cases "$out/cases" --check-only --threads "$threads" \
+  --json "$out/check.json"
+
+round=1
+while [ "$round" -le "$rounds" ]; do
+  echo "benchmark_pytorch.sh: round $round of $rounds: tinyformer"
+  # shellcheck disable=SC2086
+  sh "$here/benchmark_libtorch.sh" "$binary" --ours-only $sizes --threads "$threads" \
+    --reps "$reps" --warmup "$warmup" --json "$out/tinyformer_$round.json" \
+    > "$out/tinyformer_$round.log"
+  echo "benchmark_pytorch.sh: round $round of $rounds: PyTorch"
+  "$python" "$here/benchmark_pytorch.py" --cases "$out/cases" --threads "$threads" \
+    --reps "$reps" --warmup "$warmup" --json "$out/pytorch_$round.json" \
+    > "$out/pytorch_$round.log"
+  round=$((round + 1))
+done
+
+"$python" - "$out" "$rounds" <<'EOF'
+import json, statistics, sys
+
+out, rounds = sys.argv[1], int(sys.argv[2])
+ours = [json.load(open(f"{out}/tinyformer_{r}.json")) for r in range(1, rounds + 1)]
+theirs = [json.load(open(f"{out}/pytorch_{r}.json")) for r in range(1, rounds + 1)]
+config = theirs[0]["config"]
+env = theirs[0]["environment"]
+
+def by_name(runs):
+    return [{row["name"]: row for row in run["results"]} for run in runs]
+
+ours, theirs = by_name(ours), by_name(theirs)
+names = list(ours[0])
+columns = [("tinyformer", "train_ms"), ("tinyformer", "forward_ms"),
+           ("float32", "train_ms"), ("float32", "forward_ms"),
+           ("bf16_autocast", "train_ms"), ("bf16_autocast", "forward_ms")]
+summary = []
+print(f"\nmedian over {rounds} rounds (each the median of {config['reps']} reps) of ms per layer "
+      f"call; d_model {config['d_model']}, {config['heads']} heads, ff {config['d_ff']}, "
+      f"batch {config['batch']}, {config['threads']} threads; PyTorch "
+      f"{env['torch_version']} ({env['cpu_capability']})")
+print("ratio = PyTorch / tinyformer float32, the median of the rounds' ratios; above 1: "
+      "tinyformer is faster")
+head = (f"{'case':<12} | {'tinyformer f32':>15} | {'PyTorch f32':>15} | {'PyTorch bf16':>15} | "
+        f"{'ratio f32':>13} | {'ratio bf16':>13}")
+print(head)
+print("             | {0:>15} | {0:>15} | {0:>15} | {1:>13} | {1:>13}".format(
+    "f+b (fwd)", "f+b (fwd)"))
+print("-" * len(head))
+for name in names:
+    def times(side, variant, key):
+        rows = ours if side == "tinyformer" else theirs
+        return [r[name][variant][key] for r in rows]
+
+    def pick(variant, key):
+        return times("tinyformer", "tinyformer", key) if variant == "tinyformer" else \
+            times("pytorch", variant, key)
+
+    row = {"name": name, "n": ours[0][name]["n"], "k": ours[0][name]["k"]}
+    cells = {}
+    for variant, key in columns:
+        cells[(variant, key)] = statistics.median(pick(variant, key))
+        row[f"{variant}_{key}"] = cells[(variant, key)]
+    ratios = {}
+    for variant in ("float32", "bf16_autocast"):
+        for key in ("train_ms", "forward_ms"):
+            per_round = [t / o for t, o in zip(pick(variant, key), pick("tinyformer", key))]
+            ratios[(variant, key)] = statistics.median(per_round)
+            row[f"ratio_{variant}_{key}"] = ratios[(variant, key)]
+    summary.append(row)
+
+    def pair(a, b, fmt):
+        return f"{a:{fmt}} ({b:{fmt}})"
+
+    print(f"{name:<12} | {pair(cells[('tinyformer', 'train_ms')], cells[('tinyformer', 'forward_ms')], '.2f'):>15} | "
+          f"{pair(cells[('float32', 'train_ms')], cells[('float32', 'forward_ms')], '.2f'):>15} | "
+          f"{pair(cells[('bf16_autocast', 'train_ms')], cells[('bf16_autocast', 'forward_ms')], '.2f'):>15} | "
+          f"{pair(ratios[('float32', 'train_ms')], ratios[('float32', 'forward_ms')], '.2f'):>13} | "
+          f"{pair(ratios[('bf16_autocast', 'train_ms')], ratios[('bf16_autocast', 'forward_ms')], '.2f'):>13}")
+with open(f"{out}/summary.json", "w") as f:
+    json.dump({"config": config, "rounds": rounds, "torch_version": env["torch_version"],
+               "results": summary}, f, indent=2)
+    f.write("\n")
+print(f"\nsummary written to {out}/summary.json")
+EOF
