@@ -12,6 +12,8 @@
 //
 //   examples/benchmark_libtorch.sh build/examples/benchmark_libtorch --reps 5
 //   benchmark_libtorch --check-only       # the checks alone, at n = 64 (a ctest test)
+//   benchmark_libtorch --export DIR       # the cases for examples/benchmark_pytorch.py
+//   benchmark_libtorch --ours-only        # tinyformer's times alone (benchmark_pytorch.sh)
 //
 // The wrapper script sets the environment libtorch runs best in (OpenBLAS core type, passive
 // OpenMP waiting, tcmalloc); it must be set before the libraries load, so this program only
