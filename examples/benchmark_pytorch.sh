@@ -6,9 +6,12 @@
 #
 #   examples/benchmark_pytorch.sh [--quick] [--rounds 5] [--n 256,512,...] [--k 64,128,256]
 #       [--threads 2] [--reps 5] [--warmup 2] [--batch 4] [--out DIR]
-#       [--binary path/to/benchmark_libtorch] [--venv path/to/venv]
+#       [--binary path/to/benchmark_libtorch] [--venv path/to/venv] [--tinyformer-bf16]
 #
-# --quick: n 256 and 512, k 64 and 128, 2 rounds of 3 reps (about a minute).
+# --tinyformer-bf16: each round also times tinyformer under set_matmul_precision(bf16)
+# (benchmark_libtorch --ours-only --bf16), the counterpart of PyTorch's bfloat16 autocast where
+# the CPU has bfloat16 instructions; its outputs are checked by benchmark_libtorch --bf16, not here.
+# --quick: n 256 and 512, k 64 and 128, 2 rounds of 3 reps (a minute or two).
 # tinyformer runs under examples/benchmark_libtorch.sh's environment (OpenBLAS core type,
 # passive OpenMP waiting, tcmalloc). PyTorch runs with OMP_WAIT_POLICY=passive and nothing
 # preloaded: its wheel brings its own MKL, oneDNN and OpenMP runtime. The PyTorch environment
@@ -20,7 +23,7 @@ set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 rounds=5 ns=256,512,1024,2048,4096 ks=64,128,256 threads=2 reps=5 warmup=2 batch=4
-out=benchmark_pytorch_results binary="" venv=""
+out=benchmark_pytorch_results binary="" venv="" tf_bf16=0
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) ns=256,512 ks=64,128 rounds=2 reps=3 warmup=1 ;;
@@ -34,6 +37,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift ;;
     --binary) binary=$2; shift ;;
     --venv) venv=$2; shift ;;
+    --tinyformer-bf16) tf_bf16=1 ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "benchmark_pytorch.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -86,6 +90,13 @@ while [ "$round" -le "$rounds" ]; do
   sh "$here/benchmark_libtorch.sh" "$binary" --ours-only $sizes --threads "$threads" \
     --reps "$reps" --warmup "$warmup" --json "$out/tinyformer_$round.json" \
     > "$out/tinyformer_$round.log"
+  if [ "$tf_bf16" = 1 ]; then
+    echo "benchmark_pytorch.sh: round $round of $rounds: tinyformer, bfloat16 products"
+    # shellcheck disable=SC2086
+    sh "$here/benchmark_libtorch.sh" "$binary" --ours-only --bf16 $sizes --threads "$threads" \
+      --reps "$reps" --warmup "$warmup" --json "$out/tinyformer_bf16_$round.json" \
+      > "$out/tinyformer_bf16_$round.log"
+  fi
   echo "benchmark_pytorch.sh: round $round of $rounds: PyTorch"
   "$python" "$here/benchmark_pytorch.py" --cases "$out/cases" --threads "$threads" \
     --reps "$reps" --warmup "$warmup" --json "$out/pytorch_$round.json" \
@@ -93,19 +104,21 @@ while [ "$round" -le "$rounds" ]; do
   round=$((round + 1))
 done
 
-"$python" - "$out" "$rounds" <<'EOF'
+"$python" - "$out" "$rounds" "$tf_bf16" <<'EOF'
 import json, statistics, sys
 
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, tf_bf16 = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 ours = [json.load(open(f"{out}/tinyformer_{r}.json")) for r in range(1, rounds + 1)]
 theirs = [json.load(open(f"{out}/pytorch_{r}.json")) for r in range(1, rounds + 1)]
+ours_bf16 = [json.load(open(f"{out}/tinyformer_bf16_{r}.json")) for r in range(1, rounds + 1)] \
+    if tf_bf16 else []
 config = theirs[0]["config"]
 env = theirs[0]["environment"]
 
 def by_name(runs):
     return [{row["name"]: row for row in run["results"]} for run in runs]
 
-ours, theirs = by_name(ours), by_name(theirs)
+ours, theirs, ours_bf16 = by_name(ours), by_name(theirs), by_name(ours_bf16)
 names = list(ours[0])
 columns = [("tinyformer", "train_ms"), ("tinyformer", "forward_ms"),
            ("float32", "train_ms"), ("float32", "forward_ms"),
@@ -143,6 +156,12 @@ for name in names:
             per_round = [t / o for t, o in zip(pick(variant, key), pick("tinyformer", key))]
             ratios[(variant, key)] = statistics.median(per_round)
             row[f"ratio_{variant}_{key}"] = ratios[(variant, key)]
+    if tf_bf16:
+        for key in ("train_ms", "forward_ms"):
+            mine = [r[name]["tinyformer"][key] for r in ours_bf16]
+            row[f"tinyformer_bf16_{key}"] = statistics.median(mine)
+            row[f"ratio_bf16_vs_bf16_{key}"] = statistics.median(
+                [t / o for t, o in zip(pick("bf16_autocast", key), mine)])
     summary.append(row)
 
     def pair(a, b, fmt):
@@ -153,6 +172,16 @@ for name in names:
           f"{pair(cells[('bf16_autocast', 'train_ms')], cells[('bf16_autocast', 'forward_ms')], '.2f'):>15} | "
           f"{pair(ratios[('float32', 'train_ms')], ratios[('float32', 'forward_ms')], '.2f'):>13} | "
           f"{pair(ratios[('bf16_autocast', 'train_ms')], ratios[('bf16_autocast', 'forward_ms')], '.2f'):>13}")
+if tf_bf16:
+    print("\ntinyformer with bfloat16 products (set_matmul_precision) against PyTorch's bfloat16 "
+          "autocast; ratio = PyTorch / tinyformer")
+    print(f"{'case':<12} | {'tinyformer bf16':>15} | {'PyTorch bf16':>15} | {'ratio':>13}")
+    for row in summary:
+        cells = [f"{row[a]:.2f} ({row[b]:.2f})" for a, b in (
+            ("tinyformer_bf16_train_ms", "tinyformer_bf16_forward_ms"),
+            ("bf16_autocast_train_ms", "bf16_autocast_forward_ms"),
+            ("ratio_bf16_vs_bf16_train_ms", "ratio_bf16_vs_bf16_forward_ms"))]
+        print(f"{row['name']:<12} | {cells[0]:>15} | {cells[1]:>15} | {cells[2]:>13}")
 with open(f"{out}/summary.json", "w") as f:
     json.dump({"config": config, "rounds": rounds, "torch_version": env["torch_version"],
                "results": summary}, f, indent=2)
