@@ -60,7 +60,8 @@ if [ -z "$binary" ] || [ ! -x "$binary" ]; then
 fi
 
 python=""
-for candidate in ${venv:+"$venv/bin/python"} ${TINYFORMER_TORCH_VENV:+"$TINYFORMER_TORCH_VENV/bin/python"} \
+for candidate in ${venv:+"$venv/bin/python"} \
+  ${TINYFORMER_TORCH_VENV:+"$TINYFORMER_TORCH_VENV/bin/python"} \
   "$HOME/.cache/tinyformer/venv-torch/bin/python" python3; do
   if "$candidate" -c 'import torch, safetensors' 2>/dev/null; then
     python=$candidate
@@ -164,14 +165,14 @@ for name in names:
                 [t / o for t, o in zip(pick("bf16_autocast", key), mine)])
     summary.append(row)
 
-    def pair(a, b, fmt):
-        return f"{a:{fmt}} ({b:{fmt}})"
-
-    print(f"{name:<12} | {pair(cells[('tinyformer', 'train_ms')], cells[('tinyformer', 'forward_ms')], '.2f'):>15} | "
-          f"{pair(cells[('float32', 'train_ms')], cells[('float32', 'forward_ms')], '.2f'):>15} | "
-          f"{pair(cells[('bf16_autocast', 'train_ms')], cells[('bf16_autocast', 'forward_ms')], '.2f'):>15} | "
-          f"{pair(ratios[('float32', 'train_ms')], ratios[('float32', 'forward_ms')], '.2f'):>13} | "
-          f"{pair(ratios[('bf16_autocast', 'train_ms')], ratios[('bf16_autocast', 'forward_ms')], '.2f'):>13}")
+    shown = [cells[("tinyformer", "train_ms")], cells[("tinyformer", "forward_ms")],
+             cells[("float32", "train_ms")], cells[("float32", "forward_ms")],
+             cells[("bf16_autocast", "train_ms")], cells[("bf16_autocast", "forward_ms")],
+             ratios[("float32", "train_ms")], ratios[("float32", "forward_ms")],
+             ratios[("bf16_autocast", "train_ms")], ratios[("bf16_autocast", "forward_ms")]]
+    pairs = [f"{shown[i]:.2f} ({shown[i + 1]:.2f})" for i in range(0, len(shown), 2)]
+    print(f"{name:<12} | {pairs[0]:>15} | {pairs[1]:>15} | {pairs[2]:>15} | {pairs[3]:>13} | "
+          f"{pairs[4]:>13}")
 if tf_bf16:
     print("\ntinyformer with bfloat16 products (set_matmul_precision) against PyTorch's bfloat16 "
           "autocast; ratio = PyTorch / tinyformer")

@@ -42,7 +42,8 @@ fi
 
 "$venv/bin/python" - <<'EOF'
 import numpy, safetensors, torch
-print(f"torch {torch.__version__}, safetensors {safetensors.__version__}, numpy {numpy.__version__}")
+print(f"torch {torch.__version__}, safetensors {safetensors.__version__}, "
+      f"numpy {numpy.__version__}")
 print(f"CPU capability {torch.backends.cpu.get_cpu_capability()}, "
       f"oneDNN (mkldnn) {torch.backends.mkldnn.is_available()}, "
       f"MKL {torch.backends.mkl.is_available()}")
