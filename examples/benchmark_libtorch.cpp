@@ -14,6 +14,8 @@
 //   examples/benchmark_libtorch.sh build/examples/benchmark_libtorch   # about 10 minutes
 //   benchmark_libtorch --quick            # n = 256 and 512, k = 64: about a minute
 //   benchmark_libtorch --check-only       # the checks alone, at n = 64 (a ctest test)
+//   benchmark_libtorch --export DIR       # the cases for examples/benchmark_pytorch.py
+//   benchmark_libtorch --ours-only        # tinyformer's times alone (benchmark_pytorch.sh)
 //
 // The wrapper script sets the environment libtorch runs best in (OpenBLAS core type, passive
 // OpenMP waiting, tcmalloc); it must be set before the libraries load, so this program only
@@ -31,6 +33,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -58,6 +61,8 @@ struct Options {
   bool forward_only = false, check_only = false, profile = false, bf16 = false;
   double rtol_bf16 = 2e-2;
   std::string json_path = "benchmark_libtorch.json";
+  std::string export_dir;  // --export: write the cases for another framework, then exit
+  bool export_float64 = false, ours_only = false;
 };
 
 // --- Moving values between the two frameworks ---
@@ -710,6 +715,175 @@ void add_ratios(nlohmann::json& out, const Row& r, bool forward_only) {
   if (!forward_only) add("forward+backward", r.ratio_train);
   add("forward", r.ratio_forward);
 }
+
+// --- Handing the cases to another framework: --export and --ours-only ---
+
+// A case's name and file stem: "n256_full", "n256_k64".
+std::string case_name(std::int64_t n, std::int64_t k) {
+  return "n" + std::to_string(n) + (k == 0 ? "_full" : "_k" + std::to_string(k));
+}
+
+// The (n, k) pairs the timings cover, in their order: full attention, then each k < n.
+std::vector<std::pair<std::int64_t, std::int64_t>> timed_cases(const Options& o) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (std::int64_t n : o.ns) {
+    out.emplace_back(n, 0);
+    for (std::int64_t k : o.ks) {
+      if (k < n) out.emplace_back(n, k);
+    }
+  }
+  return out;
+}
+
+// Writes, for every case, <dir>/<case>.safetensors holding the layer's parameters under their
+// state_dict names, the input "x", the backward seed "r" (the loss is sum(y * r)), and
+// tinyformer's results: the output "y", the input gradient "grad.x" and every parameter's
+// gradient "grad.<name>". Each file is read back with load_safetensors and compared value for
+// value. Then <dir>/cases.json: the layer's configuration and, per case, its file and the part
+// of the layer each parameter is (the names of HandLayer's ties), which is all another
+// framework needs to rebuild the layer.
+void export_cases(const Options& o) {
+  const tf::DType dtype = o.export_float64 ? tf::DType::float64 : tf::DType::float32;
+  std::filesystem::create_directories(o.export_dir);
+  nlohmann::json cases = nlohmann::json::array();
+  for (const auto& [n, k] : timed_cases(o)) {
+    Case c = make_case(o, n, k, o.batch, dtype);
+    zero_ours(c);
+    const tf::Tensor y = train_ours(c);
+    tf::nn::StateDict tensors;
+    nlohmann::json roles = nlohmann::json::object();
+    for (const auto& [name, t] : c.ours->state_dict()) {
+      const auto tie =
+          std::find_if(c.hand_ties.begin(), c.hand_ties.end(),
+                       [&](const Tie& candidate) { return candidate.ours.impl() == t.impl(); });
+      TF_CHECK(tie != c.hand_ties.end(), "benchmark_libtorch: the layer's ", name,
+               " is no part of the layer by hand");
+      TF_CHECK(t.grad().defined(), "benchmark_libtorch: no gradient for ", name);
+      roles[name] = tie->name;
+      tensors.emplace_back(name, t.detach());
+      tensors.emplace_back("grad." + name, t.grad());
+    }
+    tensors.emplace_back("x", c.x.detach());
+    tensors.emplace_back("r", c.r);
+    tensors.emplace_back("y", y.detach());
+    tensors.emplace_back("grad.x", c.x.grad());
+    const std::string name = case_name(n, k), file = name + ".safetensors";
+    const std::string path = (std::filesystem::path(o.export_dir) / file).string();
+    tf::nn::save_safetensors(path, tensors, {{"tinyformer.case", name}});
+
+    const tf::nn::SafetensorsFile back = tf::nn::load_safetensors(path);
+    TF_CHECK(back.tensors.size() == tensors.size(), "benchmark_libtorch: ", path, " holds ",
+             back.tensors.size(), " tensors, ", tensors.size(), " were written");
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const auto& [want_name, want] = tensors[i];
+      const auto& [got_name, got] = back.tensors[i];
+      TF_CHECK(got_name == want_name && got.dtype() == want.dtype() &&
+                   got.shape() == want.shape() && values(got) == values(want),
+               "benchmark_libtorch: ", path, ": ", want_name, " does not read back as written");
+    }
+    std::printf("exported %-12s %s (%zu tensors, read back equal)\n", name.c_str(), path.c_str(),
+                tensors.size());
+    cases.push_back(
+        {{"name", name},
+         {"file", file},
+         {"n", n},
+         {"k", k == 0 ? nlohmann::json(nullptr) : nlohmann::json(k)},
+         {"attention", k == 0 ? "full" : "linformer"},
+         {"projection",
+          k == 0 ? nlohmann::json(nullptr)
+                 : nlohmann::json{{"shape", {k, n}},
+                                  {"shared_by", "keys, values and heads"},
+                                  {"applied", "E (x W_K + b_K) before the heads split"}}},
+         {"parameters", roles}});
+    tf::empty_cache();
+  }
+  const nlohmann::json index = {
+      {"config",
+       {{"d_model", o.d_model},
+        {"heads", o.heads},
+        {"d_ff", o.d_ff},
+        {"batch", o.batch},
+        {"seed", o.seed},
+        {"dtype", o.export_float64 ? "float64" : "float32"},
+        {"activation", "relu"},
+        {"dropout", 0.0},
+        {"layer_norm_eps", 1e-5},
+        {"norm", "post"},
+        {"layout",
+         "h = norm1(x + attention(x)), y = norm2(h + fc2(relu(fc1(h)))); attention: "
+         "q, k, v = q_proj(x), k_proj(x), v_proj(x); Linformer: k, v = E k, E v with one "
+         "E [k, n]; heads split d_model; softmax(q k^T / sqrt(d_model / heads)) v; out_proj"},
+        {"loss", "sum(y * r)"}}},
+      {"cases", cases}};
+  const std::string index_path = (std::filesystem::path(o.export_dir) / "cases.json").string();
+  std::ofstream(index_path) << index.dump(2) << "\n";
+  std::printf("index written to %s\n", index_path.c_str());
+}
+
+// Times tinyformer alone on every case, forward and forward+backward as measure() does, for a
+// driver that alternates this program with another framework's under the same load. No check
+// against libtorch runs here (the other framework checks against --export's files).
+void run_ours_only(const Options& o, const nlohmann::json& environment) {
+  const auto nothing = [] {};
+  nlohmann::json results = nlohmann::json::array();
+  std::printf("%-6s %-15s | %-20s\n", "n", "layer", "tinyformer ms");
+  for (const auto& [n, k] : timed_cases(o)) {
+    Case c = make_case(o, n, k, o.batch, tf::DType::float32);
+    if (o.bf16) tf::set_matmul_precision(tf::MatmulPrecision::bf16);
+    // Forward and forward+backward in one interleaved set, each job watched on its own.
+    std::vector<bench::Job> jobs = {{"forward", nothing, [&] {
+                                       tf::NoGradGuard no_grad;
+                                       tf::Tensor y = c.ours->forward(c.x);
+                                     }}};
+    if (!o.forward_only) {
+      jobs.push_back({"forward+backward", [&] { zero_ours(c); }, [&] { train_ours(c); }});
+    }
+    const bench::Result timed = bench::run(jobs, {}, stop_rule(o));
+    const bench::JobStats& forward_stats = timed.job("forward");
+    struct {
+      double median = 0, min = 0;
+    } train, forward{forward_stats.median_ms, forward_stats.min_ms};
+    if (!o.forward_only) {
+      const bench::JobStats& t = timed.job("forward+backward");
+      train = {t.median_ms, t.min_ms};
+    }
+    tf::set_matmul_precision(tf::MatmulPrecision::exact);
+    std::printf("%-6lld %-15s | %-20s\n", static_cast<long long>(n), c.label().c_str(),
+                pair(train.median, forward.median, o.forward_only).c_str());
+    std::fflush(stdout);
+    auto ms = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    results.push_back({{"name", case_name(n, k)},
+                       {"n", n},
+                       {"k", k == 0 ? nlohmann::json(nullptr) : nlohmann::json(k)},
+                       {"layer", c.label()},
+                       {"tinyformer",
+                        {{"train_ms", ms(train.median)},
+                         {"train_min_ms", ms(train.min)},
+                         {"forward_ms", forward.median},
+                         {"forward_min_ms", forward.min}}}});
+    tf::empty_cache();
+  }
+  std::ofstream(o.json_path) << nlohmann::json{{"config",
+                                                {{"d_model", o.d_model},
+                                                 {"heads", o.heads},
+                                                 {"d_ff", o.d_ff},
+                                                 {"batch", o.batch},
+                                                 {"threads", o.threads},
+                                                 {"reps", o.reps},
+                                                 {"warmup", o.warmup},
+                                                 {"forward_only", o.forward_only},
+                                                 {"ours_only", true},
+                                                 {"activation", "relu"},
+                                                 {"norm", "post"},
+                                                 {"dtype", "float32"},
+                                                 {"tinyformer_bf16_products", o.bf16}}},
+                                               {"environment", environment},
+                                               {"results", results}}
+                                    .dump(2)
+                             << "\n";
+  std::printf("results written to %s\n", o.json_path.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -776,6 +950,14 @@ int main(int argc, char** argv) {
   app.add_flag("--check-only", o.check_only,
                "only the agreement checks, at n = 64, batch 2, k = 16 and 64 unless given; "
                "exits non-zero on disagreement");
+  app.add_option("--export", o.export_dir,
+                 "write each case (weights, input, backward seed, tinyformer's output and "
+                 "gradients) to DIR/<case>.safetensors and an index DIR/cases.json, then exit; "
+                 "examples/benchmark_pytorch.py reads them");
+  app.add_flag("--export-float64", o.export_float64, "export the cases in float64");
+  app.add_flag("--ours-only", o.ours_only,
+               "time tinyformer alone (no libtorch, no check), for a driver alternating this "
+               "program with another framework's");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -804,6 +986,14 @@ int main(int argc, char** argv) {
     omp_set_num_threads(o.threads);
     torch::manual_seed(static_cast<std::uint64_t>(o.seed));
     const nlohmann::json environment = describe_environment();
+    if (!o.export_dir.empty()) {
+      export_cases(o);
+      return 0;
+    }
+    if (o.ours_only) {
+      run_ours_only(o, environment);
+      return 0;
+    }
     std::printf(
         "post-norm encoder layer: d_model %lld, %lld heads, ff %lld, ReLU, dropout 0, "
         "batch %lld, float32, %d threads\n",
