@@ -100,9 +100,9 @@ Tensor fused(const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue
   const Tensor x2 = as_rows(x, m, k), w = dense(weight), b = dense(bias);
   backend(x.device()).linear(x2, w, b, epilogue, raw::as_strided(out, {m, n}, {n, 1}, 0));
 
-  const bool x_grad = x.requires_grad(), w_grad = weight.requires_grad();
-  const Tensor saved_x = w_grad ? save(x2) : Tensor();
-  const Tensor saved_w = x_grad ? save(w) : Tensor();
+  if (!autograd::needs_grad({x, weight, bias})) return out;
+  const Tensor saved_x = weight.requires_grad() ? save(x2) : Tensor();
+  const Tensor saved_w = x.requires_grad() ? save(w) : Tensor();
   const Tensor saved_y = epilogue == Epilogue::relu ? save(out) : Tensor();
   const bool b_grad = bias.defined() && bias.requires_grad();
   const Shape x_shape = x.shape();
