@@ -5,6 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -145,4 +148,37 @@ TEST_CASE("Linear and FeedForward: float64 gradient checks through the fused op"
   nn::Linear fc(5, 3);
   CHECK(test::gradcheck_module(fc, test::randn64({4, 5}),
                                [&](const Tensor& x) { return fc.forward(x, Epilogue::gelu); }));
+}
+
+namespace {
+
+// The calls each op made while `run` ran, by the profiler's row name ("linear gelu", "unary
+// gelu", "binary add").
+std::map<std::string, std::int64_t> calls_of(const std::function<void()>& run) {
+  const Profiler profiler;
+  run();
+  std::map<std::string, std::int64_t> calls;
+  for (const OpProfile& row : profiler.ops()) calls[row.name] += row.calls;
+  return calls;
+}
+
+}  // namespace
+
+TEST_CASE("FeedForward: one backend call per layer, with the bias and activation inside it") {
+  manual_seed(25);
+  const Tensor x = randn({2, 3, 8});
+  using Calls = std::map<std::string, std::int64_t>;
+  nn::FeedForward gelu_ff(8, 16, nn::Activation::gelu);
+  nn::FeedForward relu_ff(8, 16, nn::Activation::relu);
+  nn::FeedForward tanh_ff(8, 16, nn::Activation::tanh);
+  // Inference: gelu inside fc1's product, then fc2 with its bias.
+  {
+    const NoGradGuard no_grad;
+    CHECK(calls_of([&] { gelu_ff.forward(x); }) == Calls{{"linear gelu", 1}, {"linear", 1}});
+  }
+  // Training: relu stays fused; gelu's product stops at the bias and the unary op keeps z.
+  CHECK(calls_of([&] { relu_ff.forward(x); }) == Calls{{"linear relu", 1}, {"linear", 1}});
+  CHECK(calls_of([&] { gelu_ff.forward(x); }) == Calls{{"linear", 2}, {"unary gelu", 1}});
+  // An activation no epilogue applies runs after fc1.
+  CHECK(calls_of([&] { tanh_ff.forward(x); }) == Calls{{"linear", 2}, {"unary tanh", 1}});
 }
