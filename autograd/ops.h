@@ -7,6 +7,7 @@
 #include "autograd/embedding.h"
 #include "autograd/grad_mode.h"
 #include "autograd/linalg.h"
+#include "autograd/linear.h"
 #include "autograd/loss.h"
 #include "autograd/normalization.h"
 #include "autograd/reduce.h"

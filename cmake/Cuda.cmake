@@ -1,4 +1,4 @@
-# The CUDA backend's toolchain and libraries: nvcc, the CUDA runtime, cuBLAS and cuDNN.
+# The CUDA backend's toolchain and libraries: nvcc, the CUDA runtime, cuBLAS, cuBLASLt, cuDNN.
 # Sets TINYFORMER_CUDA_ENABLED and, when on, the interface target tinyformer::deps_cuda.
 set(TINYFORMER_CUDA_ENABLED OFF)
 if(TINYFORMER_CUDA STREQUAL "OFF" OR TINYFORMER_SANITIZE)
@@ -58,7 +58,7 @@ endif()
 add_library(tinyformer_deps_cuda INTERFACE)
 add_library(tinyformer::deps_cuda ALIAS tinyformer_deps_cuda)
 target_include_directories(tinyformer_deps_cuda INTERFACE ${TINYFORMER_CUDNN_INCLUDE})
-target_link_libraries(tinyformer_deps_cuda INTERFACE CUDA::cudart CUDA::cublas
+target_link_libraries(tinyformer_deps_cuda INTERFACE CUDA::cudart CUDA::cublas CUDA::cublasLt
   ${TINYFORMER_CUDNN})
 if(TINYFORMER_NCCL_ENABLED)
   target_include_directories(tinyformer_deps_cuda INTERFACE ${TINYFORMER_NCCL_INCLUDE})

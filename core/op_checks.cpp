@@ -4,6 +4,7 @@
 // dtypes their kernels take, their device type) is asked of the backend.
 #include "core/op_checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <string_view>
@@ -252,6 +253,39 @@ void check_matmul_args(const Tensor& a, const Tensor& b, const Tensor& out,
            "matmul: expected a contiguous out, got strides ", shape_str(out.strides()));
   TF_CHECK(out.storage() != a.storage() && out.storage() != b.storage(),
            "matmul: out shares memory with an input");
+}
+
+// x: [M, K] with unit column stride and row stride >= K, weight: [N, K] contiguous, bias: [N]
+// contiguous or undefined, out: [M, N] contiguous; one dtype the backend multiplies; out shares
+// no memory with the inputs.
+LinearShape check_linear_args(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              Epilogue epilogue, const Tensor& out, const Backend& backend) {
+  const char* op = "linear";
+  TF_CHECK(x.defined() && weight.defined() && out.defined(), op,
+           ": expected defined x, weight and out, got an undefined Tensor");
+  TF_CHECK(x.dim() == 2 && weight.dim() == 2 && out.dim() == 2, op,
+           ": expected x [M, K], weight [N, K] and out [M, N], got ", shape_str(x.shape()), ", ",
+           shape_str(weight.shape()), " and ", shape_str(out.shape()));
+  const std::int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
+  TF_CHECK(weight.size(1) == k && out.size(0) == m && out.size(1) == n, op,
+           ": shapes do not match: x ", shape_str(x.shape()), ", weight ",
+           shape_str(weight.shape()), " into ", shape_str(out.shape()));
+  check_supported(Op::linear, x.dtype(), op, backend);
+  check_backend_device(out, op, "out", backend);
+  check_operand(out, op, "out", out.shape(), x.dtype(), out.device());
+  check_operand(weight, op, "weight", weight.shape(), x.dtype(), out.device());
+  check_device(x, op, "x", out.device());
+  if (bias.defined()) check_operand(bias, op, "bias", {n}, x.dtype(), out.device());
+  TF_CHECK(is_epilogue(epilogue), op, ": unknown epilogue ", static_cast<int>(epilogue));
+  const bool unit_columns = k <= 1 || x.stride(1) == 1;
+  const bool rows_apart = m <= 1 || k == 0 || x.stride(0) >= k;
+  TF_CHECK(unit_columns && rows_apart, op,
+           ": expected x with unit column stride and a row stride of at least K (", k,
+           "), got strides ", shape_str(x.strides()));
+  TF_CHECK(out.numel() == 0 || (out.storage() != x.storage() && out.storage() != weight.storage() &&
+                                (!bias.defined() || out.storage() != bias.storage())),
+           op, ": out shares memory with an input");
+  return {m, k, n, m <= 1 || k == 0 ? std::max<std::int64_t>(k, 1) : x.stride(0)};
 }
 
 // Every tensor must be a contiguous [R, C] of the first one's shape and one dtype the backend

@@ -44,6 +44,14 @@ std::int64_t check_max_dim_args(const Tensor& x, std::int64_t dim, const Tensor&
 
 void check_matmul_args(const Tensor& a, const Tensor& b, const Tensor& out, const Backend& backend);
 
+// The sizes of one linear problem: x [m, k] with row stride ld (>= k; k when m <= 1), weight
+// [n, k], out [m, n].
+struct LinearShape {
+  std::int64_t m, k, n, ld;
+};
+LinearShape check_linear_args(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              Epilogue epilogue, const Tensor& out, const Backend& backend);
+
 // softmax, log_softmax and their backwards: contiguous [R, C] tensors of one shape and dtype.
 void check_softmax_args(const char* op, std::initializer_list<const Tensor*> tensors,
                         const Backend& backend);

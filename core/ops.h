@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace tinyformer {
@@ -83,6 +84,33 @@ inline constexpr const char* binary_name(BinaryOp op) {
 }
 inline constexpr bool is_comparison(BinaryOp op) {
   return binary_is_comparison[static_cast<std::size_t>(op)];
+}
+
+// The activation a fused product applies to its result (the `linear` op of core/ops.def): none,
+// or one of these unary rows of core/elementwise.def, computed with that row's math
+// (core/unary_math.h) or a library's own version of it (docs/matmul.md).
+enum class Epilogue : int { none, relu, gelu, gelu_tanh };
+inline constexpr std::array epilogues = {Epilogue::none, Epilogue::relu, Epilogue::gelu,
+                                         Epilogue::gelu_tanh};
+// Whether `e` is one of the values above (an Epilogue cast from an integer may be none of them).
+inline constexpr bool is_epilogue(Epilogue e) {
+  return static_cast<int>(e) >= 0 && static_cast<std::size_t>(e) < epilogues.size();
+}
+// The unary row an activation epilogue applies (not for Epilogue::none).
+inline constexpr UnaryOp epilogue_op(Epilogue e) {
+  return e == Epilogue::relu ? UnaryOp::relu
+                             : (e == Epilogue::gelu ? UnaryOp::gelu : UnaryOp::gelu_tanh);
+}
+// "none", or the row's name.
+inline constexpr const char* epilogue_name(Epilogue e) {
+  return e == Epilogue::none ? "none" : unary_name(epilogue_op(e));
+}
+// The epilogue that applies `op`, if a fused product can apply it.
+inline constexpr std::optional<Epilogue> epilogue_of(UnaryOp op) {
+  for (Epilogue e : epilogues) {
+    if (e != Epilogue::none && epilogue_op(e) == op) return e;
+  }
+  return std::nullopt;
 }
 
 enum class ReduceOp : int { sum, mean, max, min };

@@ -110,6 +110,13 @@ Detail detail_of(const A&... args) {
     const Tensor& out = std::get<2>(t);
     d.flops = 2.0 * static_cast<double>(out.numel()) * static_cast<double>(a.size(2));
     if (g_by_shape.load(std::memory_order_relaxed)) d.shape = product_shape(a, std::get<1>(t));
+  } else if constexpr (op == Op::linear) {
+    // x: [M, K], out: [M, N]; the kind is the activation epilogue, if any
+    const Tensor& x = std::get<0>(t);
+    const Tensor& out = std::get<4>(t);
+    const Epilogue epilogue = std::get<3>(t);
+    d.kind = epilogue == Epilogue::none ? nullptr : epilogue_name(epilogue);
+    d.flops = 2.0 * static_cast<double>(out.numel()) * static_cast<double>(x.size(1));
   } else if constexpr (op == Op::copy) {
     // By shape: the source's shape and strides, which tell a layout change (a transpose made
     // contiguous) from a plain copy.

@@ -208,4 +208,25 @@ void visit_unary(UnaryOp op, double alpha, F&& f) {
   }
 }
 
+// The activation of a fused product's epilogue (core/ops.h), for the loops that apply it after
+// a library's product: calls f(math) with the row's UnaryMath for arithmetic type T, or with
+// the identity for Epilogue::none; math.forward(z) is the activation.
+template <typename T>
+struct IdentityMath {
+  TF_HOST_DEVICE T forward(T x) const { return x; }
+};
+template <typename T, typename F>
+void visit_epilogue(Epilogue epilogue, F&& f) {
+  switch (epilogue) {
+    case Epilogue::none:
+      return f(IdentityMath<T>{});
+    case Epilogue::relu:
+      return f(UnaryMath<UnaryOp::relu, T>{});
+    case Epilogue::gelu:
+      return f(UnaryMath<UnaryOp::gelu, T>{});
+    case Epilogue::gelu_tanh:
+      return f(UnaryMath<UnaryOp::gelu_tanh, T>{});
+  }
+}
+
 }  // namespace tinyformer

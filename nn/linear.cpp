@@ -2,6 +2,7 @@
 #include "nn/linear.h"
 
 #include <cmath>
+#include <optional>
 
 #include "autograd/ops.h"
 #include "core/unary_math.h"
@@ -23,15 +24,15 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool with_bi
 }
 
 Tensor Linear::forward(const Tensor& x) const {
+  return forward(x, Epilogue::none);
+}
+
+// One fused call (autograd/linear.h): the [rows, in] x [in, out] product with the bias (and the
+// activation) applied inside it; the weight is read transposed where it lies, not copied.
+Tensor Linear::forward(const Tensor& x, Epilogue activation) const {
   TF_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_, "Linear: expected input [..., ", in_,
            "], got ", x.defined() ? shape_str(x.shape()) : "an undefined Tensor");
-  // One [rows, in] x [in, out] product rather than a batch of small ones; the transposed weight
-  // is a view that the backend reads with a transpose flag, not a copy.
-  Shape out_shape = x.shape();
-  out_shape.back() = out_;
-  Tensor y = matmul(x.reshape({-1, in_}), weight.transpose(0, 1));
-  if (bias.defined()) y = add(y, bias);
-  return y.reshape(out_shape);
+  return linear(x, weight, bias, activation);
 }
 
 std::string Linear::extra_repr() const {
@@ -60,7 +61,9 @@ FeedForward::FeedForward(std::int64_t d_model, std::int64_t d_ff, Activation act
 }
 
 Tensor FeedForward::forward(const Tensor& x) const {
-  Tensor h = activate(fc1->forward(x), activation_);
+  // relu, gelu and gelu_tanh run inside fc1's product; other activations after it.
+  const std::optional<Epilogue> fused = epilogue_of(activation_);
+  Tensor h = fused ? fc1->forward(x, *fused) : activate(fc1->forward(x), activation_);
   return fc2->forward(dropout(h, dropout_, is_training()));
 }
 

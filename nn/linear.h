@@ -15,6 +15,9 @@ class Linear : public Module {
  public:
   Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true);
   Tensor forward(const Tensor& x) const;
+  // act(x W^T + b) in one fused product (autograd/linear.h): relu, gelu or gelu_tanh applied
+  // inside it, as FeedForward does for its first layer.
+  Tensor forward(const Tensor& x, Epilogue activation) const;
   std::string type_name() const override { return "Linear"; }
   std::string extra_repr() const override;
 

@@ -148,6 +148,7 @@ bool CpuBackend::supports(Op op, DType dtype) const {
     case Op::index_select:
       return dtype != DType::bfloat16;
     case Op::matmul:
+    case Op::linear:
       return f32_f64 || dtype == DType::bfloat16;
     case Op::unary_backward:
     case Op::softmax:

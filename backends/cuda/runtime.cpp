@@ -81,6 +81,7 @@ bool CudaBackend::supports(Op op, DType dtype) const {
       return floating || dtype == DType::int64;
     case Op::unary_backward:
     case Op::matmul:
+    case Op::linear:
     case Op::softmax:
     case Op::softmax_backward:
     case Op::layer_norm:

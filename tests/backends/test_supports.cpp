@@ -48,6 +48,8 @@ void run_op(Backend& b, Op op, DType dtype, Device device) {
       return b.max_dim(t({2, 3}), 1, t({2, 1}), make({2, 1}, DType::int64));
     case Op::matmul:
       return b.matmul(t({1, 2, 3}), t({1, 3, 2}), t({1, 2, 2}));
+    case Op::linear:
+      return b.linear(t({2, 3}), t({4, 3}), t({4}), Epilogue::relu, t({2, 4}));
     case Op::softmax:
       return b.softmax(t({2, 3}), false, t({2, 3}));
     case Op::softmax_backward:

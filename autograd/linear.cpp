@@ -1,0 +1,136 @@
+// The fused linear op and its hand-written backward.
+//
+//   z = x W^T + b,  y = act(z)       x: [M, K] (the leading dims of x folded into M),
+//                                     W: [N, K], b: [N], z and y: [M, N]
+// Backward, with g = dL/dy: [M, N]:
+//   gz = g * act'(z)                 [M, N]
+//   gx = gz W                        [M, K]  (reshaped to x's shape)
+//   gW = gz^T x                      [N, K]  contiguous: one product over all M rows
+//   gb = sum over rows of gz         [N]
+// What is saved: x (for gW), W (for gx), and what act' reads. relu's derivative reads y
+// (y > 0), so relu stays fused and y is saved. gelu's and gelu_tanh's read z, which the fused
+// call never materialises: when a gradient is needed, the call stops at the bias (z, saved by
+// the activation's own unary node) and the activation runs as the differentiable unary op; the
+// bias pass is still saved. Without a gradient (NoGradGuard, inference) gelu is fused too.
+#include "autograd/linear.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "core/backend.h"
+
+namespace tinyformer {
+
+using autograd::record;
+using autograd::save;
+
+namespace {
+
+// The single stride that walks dims [0, n) of t as one flattened dim, if there is one (size-1
+// dims ignored; 0 when every walked dim has size 1).
+std::optional<std::int64_t> folded_stride(const Tensor& t, std::int64_t n) {
+  std::optional<std::int64_t> inner;
+  std::int64_t inner_size = 1, result = 0;
+  for (std::int64_t d = n - 1; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (!inner) {
+      result = t.stride(d);
+    } else if (t.stride(d) != *inner * inner_size) {
+      return std::nullopt;
+    }
+    inner = t.stride(d);
+    inner_size = t.size(d);
+  }
+  return result;
+}
+
+// x: [..., K] as the [M, K] rows the backend reads (unit column stride, row stride >= K): a view
+// when the leading dims fold into one stride, else a packed copy.
+Tensor as_rows(const Tensor& x, std::int64_t m, std::int64_t k) {
+  const std::int64_t lead = x.dim() - 1;
+  const std::optional<std::int64_t> rows = folded_stride(x, lead);
+  const bool unit_columns = k <= 1 || x.stride(-1) == 1;
+  if (rows && unit_columns && (m <= 1 || k == 0 || *rows >= k)) {
+    const std::int64_t row_stride = m <= 1 || k == 0 ? std::max<std::int64_t>(k, 1) : *rows;
+    return raw::as_strided(x, {m, k}, {row_stride, 1}, x.offset());
+  }
+  const Tensor packed = raw::contiguous(x);
+  return raw::as_strided(packed, {m, k}, {std::max<std::int64_t>(k, 1), 1}, packed.offset());
+}
+
+// t itself when contiguous, else a contiguous copy.
+Tensor dense(const Tensor& t) {
+  return !t.defined() || t.is_contiguous() ? t : raw::contiguous(t);
+}
+
+void check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue epilogue) {
+  TF_CHECK(x.defined() && weight.defined(),
+           "linear: expected defined x and weight, got an undefined Tensor");
+  TF_CHECK(weight.dim() == 2, "linear: expected weight of shape [N, K], got ",
+           shape_str(weight.shape()));
+  TF_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: expected x of shape [..., ",
+           weight.size(1), "] for weight ", shape_str(weight.shape()), ", got ",
+           shape_str(x.shape()));
+  TF_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+           "linear: expected bias of shape [", weight.size(0), "] for weight ",
+           shape_str(weight.shape()), ", got ", shape_str(bias.shape()));
+  TF_CHECK(x.dtype() == weight.dtype(), "linear: expected x and weight of one dtype, got x ",
+           x.dtype(), " and weight ", weight.dtype());
+  TF_CHECK(!bias.defined() || bias.dtype() == x.dtype(), "linear: expected bias of dtype ",
+           x.dtype(), " (x's and weight's), got ", bias.dtype());
+  TF_CHECK(is_floating(x.dtype()), "linear: expected floating tensors, got ", x.dtype());
+  TF_CHECK(x.device() == weight.device(), "linear: expected x and weight on one device, got x on ",
+           x.device(), " and weight on ", weight.device());
+  TF_CHECK(!bias.defined() || bias.device() == x.device(), "linear: expected bias on ", x.device(),
+           " (x's and weight's), got ", bias.device());
+  TF_CHECK(is_epilogue(epilogue), "linear: unknown epilogue ", static_cast<int>(epilogue));
+}
+
+// act(x W^T + b) for an epilogue whose derivative needs no pre-activation (none, relu), or
+// any epilogue when no gradient is recorded.
+Tensor fused(const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue epilogue) {
+  const std::int64_t k = weight.size(1), n = weight.size(0);
+  Shape out_shape = x.shape();
+  out_shape.back() = n;
+  Tensor out = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
+  std::int64_t m = 1;  // the rows: x's leading dims folded
+  for (std::int64_t d = 0; d + 1 < x.dim(); ++d) m *= x.size(d);
+  const Tensor x2 = as_rows(x, m, k), w = dense(weight), b = dense(bias);
+  backend(x.device()).linear(x2, w, b, epilogue, raw::as_strided(out, {m, n}, {n, 1}, 0));
+
+  if (!autograd::needs_grad({x, weight, bias})) return out;
+  const Tensor saved_x = weight.requires_grad() ? save(x2) : Tensor();
+  const Tensor saved_w = x.requires_grad() ? save(w) : Tensor();
+  const Tensor saved_y = epilogue == Epilogue::relu ? save(out) : Tensor();
+  const bool b_grad = bias.defined() && bias.requires_grad();
+  const Shape x_shape = x.shape();
+  return record("linear", out, {x, weight, bias}, [=](const Tensor& g) {
+    Tensor gz = reshape(g, {m, n});  // [M, N]
+    if (epilogue == Epilogue::relu) {
+      Tensor masked = empty({m, n}, {.dtype = g.dtype(), .device = g.device()});
+      backend(g.device())
+          .unary_backward(UnaryOp::relu, gz, Tensor(), reshape(saved_y, {m, n}), masked, 0.0);
+      gz = masked;
+    }
+    Tensor gx, gw, gb;
+    if (saved_w.defined()) gx = reshape(matmul(gz, saved_w), x_shape);  // [..., K]
+    if (saved_x.defined()) gw = matmul(transpose(gz, 0, 1), saved_x);   // [N, K]
+    if (b_grad) gb = sum(gz, {0});                                      // [N]
+    return std::vector<Tensor>{gx, gw, gb};
+  });
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue epilogue) {
+  check_inputs(x, weight, bias, epilogue);
+  const bool reads_z = epilogue == Epilogue::gelu || epilogue == Epilogue::gelu_tanh;
+  if (reads_z && autograd::needs_grad({x, weight, bias})) {
+    return unary(epilogue_op(epilogue), fused(x, weight, bias, Epilogue::none));
+  }
+  return fused(x, weight, bias, epilogue);
+}
+
+}  // namespace tinyformer

@@ -1,0 +1,187 @@
+// CpuBackend::linear: out = act(x W^T + b), a linear layer's product with its bias and activation
+// applied while each output tile is still in cache, instead of in passes over the whole output.
+// Which library runs what (docs/matmul.md):
+//   float32: one oneDNN matmul primitive, W^T described by its strides (no copy), b as the
+//     primitive's bias argument and the activation as an eltwise post-op (eltwise_relu,
+//     eltwise_gelu_erf, eltwise_gelu_tanh); cached by shape and attributes like matmul's;
+//   float32 under set_matmul_precision(bf16), above the small-product size and where the CPU has
+//     bfloat16 instructions: x and W rounded to bfloat16 once each, the same primitive with a
+//     float32 bias and result (as matmul does);
+//   bfloat16: the same primitive on bfloat16 operands with float32 accumulation where oneDNN has
+//     a bfloat16 kernel for this CPU (bf16_matmul_native), else the float32 path on the widened
+//     operands, rounded once at the end;
+//   float64 (oneDNN has no float64 matmul): cblas_dgemm, then one loop that adds the bias and
+//     applies the activation with the shared math of core/unary_math.h.
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dnnl_context.h"
+#include "backends/cpu/matmul.h"
+#include "backends/cpu/strided.h"
+#include "core/error.h"
+#include "core/op_checks.h"
+#include "core/unary_math.h"
+
+namespace tinyformer::cpu {
+
+namespace {
+
+// The product size up to which matmul keeps float32 products exact under MatmulPrecision::bf16
+// (it runs them on cblas_sgemm); the same here, so a Linear layer rounds where matmul would.
+constexpr std::int64_t kSmallGemm = 64 * 64 * 64;
+
+int blas_int(std::int64_t v, const char* what) {
+  TF_CHECK(v <= INT_MAX, "linear: ", what, " ", v, " exceeds what BLAS can index (", INT_MAX, ")");
+  return static_cast<int>(v);
+}
+
+// x's row stride as a GEMM's leading dimension (any value >= K serves a single row).
+std::int64_t row_stride(const Tensor& x) {
+  return x.size(0) <= 1 || x.size(1) == 0 ? std::max<std::int64_t>(x.size(1), 1) : x.stride(0);
+}
+
+dnnl::memory::desc desc(const Shape& dims, const Shape& strides, DType dtype) {
+  return dnnl::memory::desc(
+      dnnl::memory::dims(dims.begin(), dims.end()),
+      dtype == DType::bfloat16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32,
+      dnnl::memory::dims(strides.begin(), strides.end()));
+}
+
+dnnl::algorithm eltwise_algorithm(Epilogue epilogue) {
+  switch (epilogue) {
+    case Epilogue::relu:
+      return dnnl::algorithm::eltwise_relu;
+    case Epilogue::gelu:
+      return dnnl::algorithm::eltwise_gelu_erf;
+    case Epilogue::gelu_tanh:
+      return dnnl::algorithm::eltwise_gelu_tanh;
+    case Epilogue::none:
+      break;
+  }
+  return dnnl::algorithm::undef;
+}
+
+// x: [M, K] (row stride ld), weight: [N, K] contiguous, bias: [N] or undefined, out: [M, N]
+// contiguous; x and weight float32 or bfloat16 (one dtype), bias and out float32 or bfloat16.
+void linear_dnnl(const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue epilogue,
+                 const Tensor& out) {
+  const std::int64_t m = x.size(0), k = x.size(1), n = weight.size(0), ld = row_stride(x);
+  const auto x_desc = desc({m, k}, {ld, 1}, x.dtype());
+  const auto w_desc = desc({k, n}, {1, k}, weight.dtype());  // W^T: element (q, j) is W[j, q]
+  const auto out_desc = desc({m, n}, {n, 1}, out.dtype());
+  const auto bias_desc = bias.defined() ? desc({1, n}, {n, 1}, bias.dtype()) : dnnl::memory::desc();
+  PrimitiveKey key("linear");
+  key.add(static_cast<std::int64_t>(x.dtype())).add(static_cast<std::int64_t>(out.dtype()));
+  key.add(bias.defined() ? static_cast<std::int64_t>(bias.dtype()) : -1);
+  key.add(static_cast<std::int64_t>(epilogue)).add(m).add(k).add(n).add(ld);
+  const std::int64_t work = m * n * k;
+  const CachedPrimitive p = cached_primitive(
+      key,
+      [&] {
+        dnnl::primitive_attr attr = dnnl_attr();
+        if (epilogue != Epilogue::none) {
+          dnnl::post_ops ops;
+          ops.append_eltwise(1.0f, eltwise_algorithm(epilogue), 0.0f, 0.0f);
+          attr.set_post_ops(ops);
+        }
+        const dnnl::matmul::desc d = bias.defined()
+                                         ? dnnl::matmul::desc(x_desc, w_desc, bias_desc, out_desc)
+                                         : dnnl::matmul::desc(x_desc, w_desc, out_desc);
+        dnnl::matmul::primitive_desc pd(d, attr, dnnl_engine());
+        return CachedPrimitive{dnnl::matmul(pd), pd};
+      },
+      work);
+  auto& engine = dnnl_engine();
+  std::unordered_map<int, dnnl::memory> args = {
+      {DNNL_ARG_SRC, dnnl::memory(x_desc, engine, x.data_ptr())},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(w_desc, engine, weight.data_ptr())},
+      {DNNL_ARG_DST, dnnl_memory(out_desc, out)}};
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_desc, engine, bias.data_ptr()));
+  dnnl_execute(p, std::move(args), "linear", work);
+}
+
+// out[i, j] = act(out[i, j] + bias[j]) over [M, N] contiguous; bias may be null.
+template <typename T>
+void add_bias_and_activate(T* out, const T* bias, std::int64_t m, std::int64_t n,
+                           Epilogue epilogue) {
+  if (bias == nullptr && epilogue == Epilogue::none) return;
+  visit_epilogue<T>(epilogue, [&](auto math) {
+    parallel_for(
+        m,
+        [&](std::int64_t begin, std::int64_t end) {
+          for (std::int64_t i = begin; i < end; ++i) {
+            T* row = out + i * n;
+            if (bias != nullptr) {
+              for (std::int64_t j = 0; j < n; ++j) row[j] = math.forward(row[j] + bias[j]);
+            } else {
+              for (std::int64_t j = 0; j < n; ++j) row[j] = math.forward(row[j]);
+            }
+          }
+        },
+        std::max<std::int64_t>(1, kParallelThreshold / std::max<std::int64_t>(n, 1)));
+  });
+}
+
+// One BLAS product out = x W^T (zero when K = 0), then the bias and activation loop.
+template <typename T>
+void linear_blas(const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue epilogue,
+                 const Tensor& out) {
+  const std::int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
+  T* o = out.data<T>();
+  if (k == 0) {  // an empty sum (all-zero bits are 0 in IEEE float and double)
+    std::memset(o, 0, static_cast<std::size_t>(m * n) * sizeof(T));
+  } else {
+    const int mi = blas_int(m, "M"), ni = blas_int(n, "N"), ki = blas_int(k, "K");
+    const int lda = blas_int(row_stride(x), "leading dimension");
+    // x [M, K] row-major, W [N, K] row-major read as W^T: the same flags matmul passes for
+    // x @ weight.transpose(0, 1), so the products agree bit for bit.
+    if constexpr (std::is_same_v<T, double>) {
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mi, ni, ki, 1.0, x.data<double>(), lda,
+                  weight.data<double>(), ki, 0.0, o, ni);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mi, ni, ki, 1.0f, x.data<float>(), lda,
+                  weight.data<float>(), ki, 0.0f, o, ni);
+    }
+  }
+  add_bias_and_activate<T>(o, bias.defined() ? bias.data<T>() : nullptr, m, n, epilogue);
+}
+
+}  // namespace
+
+// x: [M, K] (unit column stride, row stride >= K), weight: [N, K], bias: [N] or undefined,
+// out: [M, N] = act(x weight^T + bias).
+void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        Epilogue epilogue, const Tensor& out) {
+  const LinearShape s = check_linear_args(x, weight, bias, epilogue, out, *this);
+  if (out.numel() == 0) return;
+  const DType dtype = out.dtype();
+  if (dtype == DType::bfloat16 && (s.k == 0 || !bf16_matmul_native())) {
+    // float32 of the exactly widened operands, rounded once at the end.
+    const Tensor product = empty(out.shape());
+    linear(raw::to_dtype(x, DType::float32), raw::to_dtype(weight, DType::float32),
+           bias.defined() ? raw::to_dtype(bias, DType::float32) : Tensor(), epilogue, product);
+    copy(product, out);
+    return;
+  }
+  if (dtype == DType::float64) {
+    linear_blas<double>(x, weight, bias, epilogue, out);
+  } else if (dtype == DType::float32 && s.k == 0) {
+    linear_blas<float>(x, weight, bias, epilogue, out);
+  } else if (dtype == DType::float32 && matmul_precision() == MatmulPrecision::bf16 &&
+             bf16_matmul_fast() && s.m * s.n * s.k > kSmallGemm) {
+    linear_dnnl(raw::to_dtype(x, DType::bfloat16), raw::to_dtype(weight, DType::bfloat16), bias,
+                epilogue, out);
+  } else {
+    linear_dnnl(x, weight, bias, epilogue, out);
+  }
+}
+
+}  // namespace tinyformer::cpu

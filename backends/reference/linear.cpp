@@ -1,0 +1,49 @@
+// The fused linear layer product.
+//   linear: out[i, j] = act(sum_q x[i, q] * weight[j, q] + bias[j])
+//           x: [M, K], weight: [N, K] (read transposed), bias: [N] or undefined, out: [M, N];
+//           act is the epilogue: the identity, relu, gelu (x Phi(x)) or gelu_tanh.
+// The sum, the bias and the activation run in double whatever the dtype, so the only rounding
+// is the final write.
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+
+#include "backends/reference/element.h"
+#include "backends/reference/reference_backend.h"
+#include "core/op_checks.h"
+
+namespace tinyformer::reference {
+
+namespace {
+
+double activation(Epilogue epilogue, double z) {
+  switch (epilogue) {
+    case Epilogue::none:
+      return z;
+    case Epilogue::relu:
+      return z < 0.0 ? 0.0 : z;
+    case Epilogue::gelu:  // z Phi(z), Phi the standard normal CDF
+      return z * 0.5 * std::erfc(-z / std::numbers::sqrt2);
+    case Epilogue::gelu_tanh:  // z (1 + tanh(sqrt(2 / pi) (z + 0.044715 z^3))) / 2
+      return 0.5 * z *
+             (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (z + 0.044715 * z * z * z)));
+  }
+  return z;
+}
+
+}  // namespace
+
+void ReferenceBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              Epilogue epilogue, const Tensor& out) {
+  const LinearShape s = check_linear_args(x, weight, bias, epilogue, out, *this);
+  for (std::int64_t i = 0; i < s.m; ++i) {
+    for (std::int64_t j = 0; j < s.n; ++j) {
+      double z = 0.0;
+      for (std::int64_t q = 0; q < s.k; ++q) z += at(x, {i, q}) * at(weight, {j, q});
+      if (bias.defined()) z += at(bias, {j});
+      set_at(out, {i, j}, activation(epilogue, z));
+    }
+  }
+}
+
+}  // namespace tinyformer::reference
