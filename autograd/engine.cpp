@@ -4,6 +4,7 @@
 #include <functional>
 #include <unordered_map>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/hooks.h"
 #include "autograd/node.h"
@@ -142,7 +143,9 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs,
   for (const Tensor& in : inputs) {
     edges.push_back({gradient_sink(in), in.defined() ? in.shape() : Shape{}});
   }
-  out.impl()->grad_fn = std::make_shared<Node>(name, std::move(edges), std::move(backward));
+  // Under autocast the backward runs under the same dtype (autograd/autocast.h).
+  out.impl()->grad_fn =
+      std::make_shared<Node>(name, std::move(edges), autocast_backward(std::move(backward)));
   out.impl()->requires_grad = true;
   return out;
 }
