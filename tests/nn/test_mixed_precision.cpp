@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "nn/tinyformer.h"
@@ -111,9 +113,14 @@ TEST_CASE("mixed precision: the copies follow the optimizer, once per step") {
 TEST_CASE("mixed precision: a tiny MaskedLM's loss curve tracks float32 training") {
   // 40 AdamW steps at lr 3e-3 on one batch. Each product rounds its operands to bfloat16
   // (relative 2^-9) and its result (2^-9); the curves drift apart through the updates, but the
-  // optimizer sees the same landscape: the losses stay within 3% of each other (the float32
-  // loss falls by far more than that, so a broken mixed mode, one that does not learn or learns
-  // something else, fails), and the mixed curve is not the float32 one (it really ran).
+  // optimizer sees the same landscape: the losses stay within 1% of each other (they differ by
+  // about 0.1% here, with or without bfloat16 instructions; the float32 loss falls by 75%, so a
+  // mixed mode that does not learn, or learns something else, fails), and the mixed curve is not
+  // the float32 one (it really ran).
+  // ctest also runs this case with oneDNN capped below AVX-512: products through float32.
+  if (std::getenv("TINYFORMER_EXPECT_BF16_FALLBACK") != nullptr) {
+    CHECK(runtime_info().find("bfloat16 products: no oneDNN kernel") != std::string::npos);
+  }
   const std::vector<double> f32 = train_losses(false, 40);
   const std::vector<double> mixed = train_losses(true, 40);
   CHECK(f32.back() < 0.5 * f32.front());
@@ -125,6 +132,6 @@ TEST_CASE("mixed precision: a tiny MaskedLM's loss curve tracks float32 training
   }
   INFO("float32 " << f32.front() << " -> " << f32.back() << ", mixed " << mixed.front() << " -> "
                   << mixed.back() << ", worst relative difference " << worst);
-  CHECK(worst < 0.03);
+  CHECK(worst < 0.01);
   CHECK(differs);
 }
