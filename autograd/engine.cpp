@@ -9,6 +9,7 @@
 #include "autograd/hooks.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "core/backend.h"
 
 namespace tinyformer {
 
@@ -152,6 +153,12 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs,
 
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
+  // A bfloat16 gradient (mixed precision: a shared matrix broadcast over a batch of products)
+  // is summed in float32 where the backend reduces no bfloat16, and rounded once.
+  if (grad.dtype() == DType::bfloat16 &&
+      !backend(grad.device()).supports(Op::reduce, DType::bfloat16)) {
+    return to(sum_to(to(grad, DType::float32), shape), DType::bfloat16);
+  }
   const auto lead = static_cast<std::int64_t>(grad.dim()) - static_cast<std::int64_t>(shape.size());
   TF_CHECK(lead >= 0, "backward: a gradient of shape ", shape_str(grad.shape()),
            " cannot be reduced to shape ", shape_str(shape));

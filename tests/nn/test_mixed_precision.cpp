@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,7 +61,56 @@ std::vector<double> train_losses(bool mixed, int steps) {
   return losses;
 }
 
+// The element sizes of the operands of every product one training step of `model` ran, read
+// from a by-shape profile: each row "matmul BxMxK..." records the bytes of a, b and out, which
+// hold B*M*K + B*K*N + B*M*N elements.
+std::set<double> product_element_sizes(nn::MaskedLM& model, const Tensor& tokens,
+                                       const nn::MixedPrecision* mp) {
+  const Profiler profiler(true);
+  {
+    const AutocastGuard autocast = mp ? mp->autocast() : AutocastGuard(DType::float32);
+    const Tensor logits = model.forward(tokens);
+    cross_entropy(logits.reshape({-1, logits.size(-1)}), tokens.reshape({-1})).backward();
+  }
+  std::set<double> sizes;
+  const std::regex shape(R"(^matmul (\d+)x\[(\d+)x(\d+)\][^\[]*\[(\d+)x(\d+)\])");
+  for (const OpProfile& row : profiler.ops()) {
+    std::smatch m;
+    if (row.name.rfind("matmul", 0) != 0) continue;
+    REQUIRE(std::regex_search(row.name, m, shape));
+    const double b = std::stod(m[1]), rows = std::stod(m[2]), inner = std::stod(m[3]),
+                 cols = std::stod(m[5]);
+    const double elements = b * (rows * inner + inner * cols + rows * cols);
+    sizes.insert(row.bytes / static_cast<double>(row.calls) / elements);
+  }
+  return sizes;
+}
+
 }  // namespace
+
+TEST_CASE("mixed precision: every product of forward and backward runs in bfloat16") {
+  // Full attention (fused and composite) and Linformer attention with its projections, the
+  // tied output layer, and every weight gradient dW = g^T x.
+  for (const auto& [attention, fused] :
+       {std::pair{nn::AttentionKind::full, true}, std::pair{nn::AttentionKind::full, false},
+        std::pair{nn::AttentionKind::linformer, true}}) {
+    manual_seed(14);
+    nn::EncoderConfig config = tiny_config();
+    config.attention = attention;
+    config.fused_attention = fused;
+    config.linformer.k = 8;
+    nn::MaskedLM model(config, 24);
+    const Tensor tokens = pattern_tokens(2, 16, 24);
+    const nn::MixedPrecision mp(model);
+    CAPTURE(fused);
+    CHECK(product_element_sizes(model, tokens, nullptr) == std::set<double>{4.0});
+    CHECK(product_element_sizes(model, tokens, &mp) == std::set<double>{2.0});
+    for (const Tensor& p : model.parameters()) {
+      REQUIRE(p.grad().defined());
+      CHECK(p.grad().dtype() == DType::float32);
+    }
+  }
+}
 
 TEST_CASE("mixed precision: bfloat16 copies of the matrix parameters only") {
   manual_seed(12);
