@@ -48,11 +48,15 @@ class AutocastCache {
   std::int64_t conversions_ = 0;
 };
 
+struct AutocastCasts;  // the activations rounded under one guard (autograd/autocast.cpp)
+
 // While alive, differentiable matrix products (matmul, and with it the products inside
-// fused_attention and nn::functional attention) whose operands are float32
-// compute in `dtype` (bfloat16 or float32, which turns autocast off) and return float32, and
-// softmax, log_softmax, layer_norm and nll_loss widen `dtype` inputs to float32. Parameters
-// registered in `cache` are read through their cached copies. Thread-local, like NoGradGuard.
+// fused_attention and nn::functional attention) whose operands are float32 compute in `dtype`
+// (bfloat16, or float32, which turns autocast off) and return float32, and softmax,
+// log_softmax, layer_norm and nll_loss widen `dtype` inputs to float32. Parameters registered in
+// `cache` are read through their cached copies; an activation read by several products (the
+// input of the query, key and value projections) is rounded once per guard, and its products
+// save that one copy. Thread-local, like NoGradGuard.
 class AutocastGuard {
  public:
   explicit AutocastGuard(DType dtype, const AutocastCache* cache = nullptr);
@@ -63,6 +67,8 @@ class AutocastGuard {
  private:
   std::optional<DType> previous_dtype_;
   const AutocastCache* previous_cache_;
+  AutocastCasts* previous_casts_;
+  std::unique_ptr<AutocastCasts> casts_;
 };
 
 // The dtype products compute in under the innermost AutocastGuard; nullopt when autocast is off.

@@ -329,6 +329,34 @@ TEST_CASE("autocast: the activation a product saves for backward is bfloat16") {
   CHECK(held_after_forward(true) == y_bytes - x_bytes + x_bytes / 2);
 }
 
+TEST_CASE("autocast: an activation read by several products is rounded once per guard") {
+  // Three projections of one input (attention's query, key and value), each through a new view
+  // of it: one bfloat16 copy, saved by all three products.
+  manual_seed(15);
+  std::vector<Tensor> weights;
+  for (int i = 0; i < 3; ++i) weights.push_back(randn32({32, 32}).requires_grad_());
+  const std::int64_t x_bytes = 512 * 32 * 4, y_bytes = 512 * 32 * 4;
+  Tensor x = randn32({512, 32});
+  const Tensor x_explicit = x.to(DType::bfloat16);
+  const std::int64_t before = memory_stats().current_bytes;
+  std::vector<Tensor> ys;
+  {
+    const AutocastGuard autocast(DType::bfloat16);
+    for (const Tensor& w : weights) ys.push_back(matmul(x.reshape({512, 32}), w.transpose(0, 1)));
+  }
+  x = Tensor();
+  // (The weights' copies are not kept: x needs no gradient, so nothing saves them.) Rounded
+  // per product, the three copies would hold 3 * x_bytes / 2.
+  CHECK(memory_stats().current_bytes - before == 3 * y_bytes - x_bytes + x_bytes / 2);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const Tensor want = matmul(x_explicit, weights[i].detach().to(DType::bfloat16).transpose(0, 1))
+                            .to(DType::float32);
+    CHECK(bitwise_equal(ys[i], want));
+  }
+  sum(ys[0] + ys[1] + ys[2]).backward();
+  for (const Tensor& w : weights) CHECK(w.grad().dtype() == DType::float32);
+}
+
 TEST_CASE("autocast: products without bfloat16 instructions compute through float32") {
   // ctest runs this suite once more with oneDNN capped below AVX-512 (DNNL_MAX_CPU_ISA=AVX2),
   // where oneDNN has no bfloat16 kernel: the products must take the float32 fallback.
