@@ -85,8 +85,8 @@ std::optional<std::vector<Tensor>> autocast_operands(std::initializer_list<Tenso
 // For a float32-only op: `x` widened to float32 when autocast is on and x has the autocast dtype.
 Tensor autocast_to_float(const Tensor& x);
 
-// Turns autocast off for a scope: an op that lowered its operands runs its own inner steps (the
-// softmax inside fused attention) in that dtype, as one bfloat16 op.
+// Turns autocast off for a scope: an op that has lowered its operands runs on them as they are,
+// its inner steps neither lowered again nor widened.
 class AutocastSuspend {
  public:
   AutocastSuspend() : guard_(DType::float32) {}
