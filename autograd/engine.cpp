@@ -4,10 +4,12 @@
 #include <functional>
 #include <unordered_map>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/hooks.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "core/backend.h"
 
 namespace tinyformer {
 
@@ -142,13 +144,21 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs,
   for (const Tensor& in : inputs) {
     edges.push_back({gradient_sink(in), in.defined() ? in.shape() : Shape{}});
   }
-  out.impl()->grad_fn = std::make_shared<Node>(name, std::move(edges), std::move(backward));
+  // Under autocast the backward runs under the same dtype (autograd/autocast.h).
+  out.impl()->grad_fn =
+      std::make_shared<Node>(name, std::move(edges), autocast_backward(std::move(backward)));
   out.impl()->requires_grad = true;
   return out;
 }
 
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
+  // A bfloat16 gradient (mixed precision: a shared matrix broadcast over a batch of products)
+  // is summed in float32 where the backend reduces no bfloat16, and rounded once.
+  if (grad.dtype() == DType::bfloat16 &&
+      !backend(grad.device()).supports(Op::reduce, DType::bfloat16)) {
+    return to(sum_to(to(grad, DType::float32), shape), DType::bfloat16);
+  }
   const auto lead = static_cast<std::int64_t>(grad.dim()) - static_cast<std::int64_t>(shape.size());
   TF_CHECK(lead >= 0, "backward: a gradient of shape ", shape_str(grad.shape()),
            " cannot be reduced to shape ", shape_str(shape));

@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
@@ -106,6 +107,11 @@ Tensor batched_product(const Tensor& a, const Tensor& b, const Shape& out_shape)
 //   d(a @ b) = (g @ b^T, a^T @ g), with transposes as views; the engine sums each over the
 //   batch dims its operand was broadcast along.
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  // Mixed precision (autograd/autocast.h): float32 operands run as one bfloat16 product.
+  if (const auto low = autocast_operands({a, b})) {
+    const AutocastSuspend suspend;
+    return to(matmul((*low)[0], (*low)[1]), DType::float32);
+  }
   TF_CHECK(a.defined() && b.defined(), "matmul: expected defined tensors, got an undefined Tensor");
   TF_CHECK(a.dim() > 0 && b.dim() > 0, "matmul: expected tensors with at least one dim, got ",
            shape_str(a.shape()), " @ ", shape_str(b.shape()), " (use mul for scalars)");

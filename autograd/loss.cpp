@@ -3,6 +3,7 @@
 // backward comes free.
 #include "autograd/loss.h"
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
@@ -81,8 +82,9 @@ Tensor reduce_loss(const Tensor& rows, const Tensor& targets, std::int64_t ignor
 
 }  // namespace
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, std::int64_t ignore_index,
+Tensor nll_loss(const Tensor& log_probs_in, const Tensor& targets, std::int64_t ignore_index,
                 Reduction reduction) {
+  const Tensor log_probs = autocast_to_float(log_probs_in);  // float32 under autocast
   check_loss_inputs(log_probs, targets, "nll_loss");
   return reduce_loss(nll_rows(log_probs, targets, ignore_index), targets, ignore_index, reduction);
 }

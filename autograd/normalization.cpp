@@ -3,6 +3,7 @@
 // is not last already) and the rest is flattened into R.
 #include "autograd/normalization.h"
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
@@ -87,16 +88,17 @@ Tensor softmax_impl(const Tensor& x, std::int64_t dim, bool log) {
 }  // namespace
 
 Tensor softmax(const Tensor& x, std::int64_t dim) {
-  return softmax_impl(x, dim, false);
+  return softmax_impl(autocast_to_float(x), dim, false);  // float32 under autocast
 }
 Tensor log_softmax(const Tensor& x, std::int64_t dim) {
-  return softmax_impl(x, dim, true);
+  return softmax_impl(autocast_to_float(x), dim, true);  // float32 under autocast
 }
 
 // y = (x - mean) * rstd * weight + bias over the trailing normalized_shape, where
 // rstd = 1 / sqrt(var + eps) (biased variance). mean and rstd per row are kept for backward.
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  const Tensor x = autocast_to_float(x_in);  // float32 under autocast (autograd/autocast.h)
   TF_CHECK(x.defined(), "layer_norm: expected a defined tensor, got an undefined Tensor");
   TF_CHECK(is_floating(x.dtype()), "layer_norm: expected a floating tensor, got ", x.dtype());
   const auto k = static_cast<std::int64_t>(normalized_shape.size());

@@ -137,6 +137,14 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
                "(--batch is the global batch, split over the N processes)");
 }
 
+void add_precision_flag(CLI::App& app, RunFlags& f) {
+  app.add_option("--precision", f.precision,
+                 "float32, or bf16: mixed precision (products in bfloat16 on float32 master "
+                 "weights, which the optimizer updates and checkpoints hold)")
+      ->check(CLI::IsMember({"float32", "bf16"}))
+      ->capture_default_str();
+}
+
 void check_run_flags(const RunFlags& f) {
   auto need = [](bool ok, const std::string& message) {
     if (!ok) throw UsageError(message);

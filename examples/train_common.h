@@ -64,7 +64,8 @@ struct RunFlags {
   std::string log;
   std::string plot;
   std::vector<std::string> compare;
-  bool distributed = false;  // one process of an MPI job (mpirun -np N ... --distributed)
+  bool distributed = false;           // one process of an MPI job (mpirun -np N ... --distributed)
+  std::string precision = "float32";  // float32 | bf16 (add_precision_flag)
 };
 
 // The library's checks of numeric flags (nn::flags) for CLI::Option::check, with messages such
@@ -76,6 +77,9 @@ CLI::Validator in_range(double low, double high);  // [low, high]
 
 void add_model_flags(CLI::App& app, ModelFlags& flags);
 void add_run_flags(CLI::App& app, RunFlags& flags);
+// --precision float32 | bf16: bf16 trains in mixed precision (nn::MixedPrecision,
+// docs/mixed_precision.md), for the programs whose loop implements it.
+void add_precision_flag(CLI::App& app, RunFlags& flags);
 
 // The encoder configuration for sequences of up to `seq_len` tokens; throws UsageError for
 // values that do not fit together (heads not dividing d_model, k above the sequence length,

@@ -187,6 +187,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
       ->capture_default_str();
   train::add_model_flags(app, o.model);
   train::add_run_flags(app, o.run);
+  train::add_precision_flag(app, o.run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -253,9 +254,10 @@ void print_setup(const Options& o, const nn::EncoderConfig& config, const Splits
       data.validation.size(), data.test.size(), static_cast<long long>(longest(data)));
   std::printf("majority class: %.1f%% of the training set (the accuracy of always guessing it)\n",
               100.0 * static_cast<double>(majority) / static_cast<double>(data.train.size()));
-  std::printf("model: SequenceClassifier (%s pooling), %s, %lld parameters, on %s\n",
+  std::printf("model: SequenceClassifier (%s pooling), %s, %lld parameters, on %s%s\n",
               o.pooling.c_str(), train::describe(config).c_str(),
-              static_cast<long long>(model.num_parameters()), device.str().c_str());
+              static_cast<long long>(model.num_parameters()), device.str().c_str(),
+              o.run.precision == "bf16" ? ", mixed precision (bfloat16 products)" : "");
   if (run.resumed()) {
     std::printf("resumed from %s at step %lld\n", o.run.checkpoint.c_str(),
                 static_cast<long long>(run.step()));
@@ -336,6 +338,9 @@ int main(int argc, char** argv) {
 
     // --- The training loop: batch -> forward -> loss -> backward -> clip -> step. ---
     const std::vector<Tensor> params = model->parameters();
+    // --precision bf16: bfloat16 copies of the (resumed) float32 weights, refreshed every step.
+    std::optional<nn::MixedPrecision> mixed;
+    if (o.run.precision == "bf16") mixed.emplace(*model);
     while (run.running()) {
       const nn::data::LoaderBatch order = loader.next();
       // Padded to the longest expression of the batch, with [CLS] first.
@@ -347,13 +352,19 @@ int main(int argc, char** argv) {
       run.start_step();
       const double lr = schedule.lr_at(run.step());
       optimizer.set_lr(lr);
-      const Tensor logits = model->forward(tokens, key_padding_mask);  // [B, 10]
-      const Tensor loss = cross_entropy(logits, labels);
+      Tensor loss;
+      {
+        // --precision bf16: the forward's products in bfloat16 (the backward's follow).
+        const AutocastGuard autocast = mixed ? mixed->autocast() : AutocastGuard(DType::float32);
+        const Tensor logits = model->forward(tokens, key_padding_mask);  // [B, 10]
+        loss = cross_entropy(logits, labels);
+      }
       optimizer.zero_grad();
       loss.backward();
       std::optional<double> grad_norm;
       if (o.run.clip > 0) grad_norm = nn::optim::clip_grad_norm(params, o.run.clip);
       optimizer.step();
+      if (mixed) mixed->refresh();
       run.end_step({.loss = loss.item<double>(),
                     .lr = lr,
                     .grad_norm = grad_norm,

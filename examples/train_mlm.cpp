@@ -103,6 +103,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
       ->capture_default_str();
   train::add_model_flags(app, o.model);
   train::add_run_flags(app, o.run);
+  train::add_precision_flag(app, o.run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -203,8 +204,9 @@ void print_setup(const Options& o, const nn::EncoderConfig& config, const Data& 
   std::printf("corpus: %s (%lld file%s, %zu bytes): %zu for training, %zu for validation\n",
               o.data.c_str(), static_cast<long long>(corpus.files), corpus.files == 1 ? "" : "s",
               corpus.bytes, corpus.split.train.size(), corpus.split.validation.size());
-  std::printf("model: MaskedLM, %s, %lld parameters, on %s\n", train::describe(config).c_str(),
-              static_cast<long long>(model.num_parameters()), device.str().c_str());
+  std::printf("model: MaskedLM, %s, %lld parameters, on %s%s\n", train::describe(config).c_str(),
+              static_cast<long long>(model.num_parameters()), device.str().c_str(),
+              o.run.precision == "bf16" ? ", mixed precision (bfloat16 products)" : "");
   std::printf(
       "data: %lld sequences of %lld bytes, batch %lld (%lld steps per epoch); "
       "validation: %lld sequences, %lld masked bytes\n",
@@ -278,6 +280,9 @@ int main(int argc, char** argv) {
 
     // --- The training loop: batch -> forward -> loss -> backward -> clip -> step. ---
     const std::vector<Tensor> params = model->parameters();
+    // --precision bf16: bfloat16 copies of the (resumed) float32 weights, refreshed every step.
+    std::optional<nn::MixedPrecision> mixed;
+    if (o.run.precision == "bf16") mixed.emplace(*model);
     while (run.running()) {
       const nn::data::LoaderBatch order = loader.next();
       // Masks are drawn from (seed, epoch, example): a resumed run redraws them exactly.
@@ -289,9 +294,14 @@ int main(int argc, char** argv) {
       run.start_step();
       const double lr = schedule.lr_at(run.step());
       optimizer.set_lr(lr);
-      const Tensor logits = model->forward(tokens);  // [B, n, V]
-      Tensor loss = cross_entropy(logits.reshape({-1, ByteTokenizer::vocab_size}),
-                                  labels.reshape({-1}), kIgnore);
+      Tensor loss;
+      {
+        // --precision bf16: the forward's products in bfloat16 (the backward's follow).
+        const AutocastGuard autocast = mixed ? mixed->autocast() : AutocastGuard(DType::float32);
+        const Tensor logits = model->forward(tokens);  // [B, n, V]
+        loss = cross_entropy(logits.reshape({-1, ByteTokenizer::vocab_size}), labels.reshape({-1}),
+                             kIgnore);
+      }
       // --distributed: processes mask different numbers of bytes; weighting each one's mean by
       // its share makes their averaged gradient the whole batch's.
       if (dist.enabled()) loss = loss * dist.loss_weight(masked_count(batch.labels));
@@ -300,6 +310,7 @@ int main(int argc, char** argv) {
       std::optional<double> grad_norm;
       if (o.run.clip > 0) grad_norm = nn::optim::clip_grad_norm(params, o.run.clip);
       optimizer.step();
+      if (mixed) mixed->refresh();
       run.end_step({.loss = loss.item<double>(),
                     .lr = lr,
                     .grad_norm = grad_norm,

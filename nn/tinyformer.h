@@ -1,6 +1,7 @@
 // The public umbrella header: #include <tinyformer/tinyformer.h>.
 #pragma once
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
@@ -21,6 +22,7 @@
 #include "nn/layers.h"
 #include "nn/linear.h"
 #include "nn/metrics.h"
+#include "nn/mixed_precision.h"
 #include "nn/models.h"
 #include "nn/module.h"
 #include "nn/optim.h"
