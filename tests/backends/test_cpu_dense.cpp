@@ -257,6 +257,25 @@ TEST_CASE("gemm_operand: what is passed as is and what is copied") {
   CHECK(vec.ld >= 1);
 }
 
+TEST_CASE("gemm_output: where a product may write") {
+  const Tensor buffer = empty_of({4, 7, 3, 5}, DType::float32);  // [B, n, H, d]
+  // Contiguous: ld N, batch stride M N.
+  auto plain = gemm_output(empty_of({3, 7, 5}, DType::float32));
+  CHECK(plain.ld == 5);
+  CHECK(plain.batch_stride == 35);
+  // One b of the [B, H, n, d] view: batches interleaved in the rows (ld H d, batch stride d).
+  auto heads = gemm_output(raw::as_strided(buffer, {3, 7, 5}, {5, 15, 1}, 105));
+  CHECK(heads.ld == 15);
+  CHECK(heads.batch_stride == 5);
+  // A single matrix with padded rows.
+  auto one = gemm_output(raw::as_strided(buffer, {1, 7, 5}, {0, 15, 1}, 0));
+  CHECK(one.ld == 15);
+  // Column-major, overlapping batches and a broadcast batch are refused.
+  CHECK_THROWS_AS(gemm_output(raw::as_strided(buffer, {3, 5, 7}, {5, 1, 15}, 0)), Error);
+  CHECK_THROWS_AS(gemm_output(raw::as_strided(buffer, {3, 7, 5}, {1, 15, 1}, 0)), Error);
+  CHECK_THROWS_AS(gemm_output(raw::as_strided(buffer, {3, 7, 5}, {0, 15, 1}, 0)), Error);
+}
+
 TEST_CASE("dnnl primitive cache: a repeated shape is a hit, the size stays bounded") {
   const Tensor a = random_tensor({2, 70, 71}, DType::float32, 1);
   const Tensor b = random_tensor({2, 71, 72}, DType::float32, 2);
