@@ -7,8 +7,13 @@
 //
 //   d_value = dropout(P)^T dO
 //   dP      = dropout'(dO value^T)
-//   dS      = P * (dP - rowsum(dP * P))   (softmax backward; excluded entries have P = 0, so dS =
-//   0) d_query = scale * dS key,  d_key = dS^T (query * scale)
+//   dS      = P * (dP - rowsum(dP * P))   (softmax backward; excluded entries have P = 0, so
+//             dS = 0)
+//   d_query = dS (key * scale),  d_key = dS^T (query * scale)   (the scaled operands recomputed)
+//
+// O and each gradient are laid out like the query (key, value) they go with (matmul_like): heads
+// that are [B, H, n, d] views of a [B, n, H, d] buffer get O and their gradients in that layout,
+// so merging the heads and the gradient's way back through the split are views, not copies.
 #include "autograd/attention.h"
 
 #include <cmath>
@@ -94,11 +99,11 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
   const bool use_dropout = options.training && options.dropout > 0;
   const TensorOptions like_query{.dtype = query.dtype(), .device = query.device()};
 
-  Tensor query_scaled, p, pd, keep;
+  Tensor p, pd, keep;
   Tensor out;
   {
     NoGradGuard no_grad;
-    query_scaled = mul(query, scalar_tensor(scale, like_query));
+    const Tensor query_scaled = mul(query, scalar_tensor(scale, like_query));
     Tensor s = matmul(query_scaled, key.transpose(-2, -1));  // [..., n, m]
     const double minus_inf = -std::numeric_limits<double>::infinity();
     if (excluded_mask.defined()) s = masked_fill(s, excluded_mask, minus_inf);
@@ -115,21 +120,24 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
                                      {.dtype = p.dtype(), .device = p.device()}));
       pd = mul(p, keep);
     }
-    out = matmul(pd, value);  // [..., n, dv]
+    out = matmul_like(pd, value, query);  // [..., n, dv], laid out like the query
   }
   if (options.probs) *options.probs = p;
 
-  Tensor saved_key = save(key), saved_value = save(value);
+  // The query itself is saved rather than query * scale: it is a view of a buffer that lives on
+  // anyway, and its layout is the one d_query takes.
+  Tensor saved_query = save(query), saved_key = save(key), saved_value = save(value);
   return record("fused_attention", out, {query, key, value},
-                [query_scaled, saved_key, saved_value, p, pd, keep, scale](const Tensor& g) {
-                  Tensor d_value = matmul(pd.transpose(-2, -1), g);
+                [saved_query, saved_key, saved_value, p, pd, keep, scale](const Tensor& g) {
+                  const Tensor s = scalar_tensor(scale, {.dtype = g.dtype(), .device = g.device()});
+                  Tensor d_value = matmul_like(pd.transpose(-2, -1), g, saved_value);
                   Tensor dp = matmul(g, saved_value.transpose(-2, -1));
                   if (keep.defined()) dp = mul(dp, keep);
                   Tensor ds = softmax_backward_rows(p, dp);
-                  Tensor d_query =
-                      mul(matmul(ds, saved_key),
-                          scalar_tensor(scale, {.dtype = g.dtype(), .device = g.device()}));
-                  Tensor d_key = matmul(ds.transpose(-2, -1), query_scaled);
+                  // The scale goes on the [m, d] and [n, d] operands rather than on the
+                  // products, which then land in the query's and key's layouts directly.
+                  Tensor d_query = matmul_like(ds, mul(saved_key, s), saved_query);
+                  Tensor d_key = matmul_like(ds.transpose(-2, -1), mul(saved_query, s), saved_key);
                   return std::vector<Tensor>{d_query, d_key, d_value};
                 });
 }

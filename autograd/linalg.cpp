@@ -1,9 +1,15 @@
 // matmul with PyTorch's semantics, lowered onto the backend's one batched product
-// [B, M, K] x [B, K, N]. Broadcast and transposed operands reach the backend as strided views;
-// a copy is made only when the batch dims cannot be described by a single stride.
+// [B, M, K] x [B, K, N]. Broadcast and transposed operands reach the backend as strided views, and
+// the product is written into a strided out where asked (matmul_like). Batch dims that cannot be
+// walked with a single stride (attention's [B, H, n, d] view of a [B, n, H, d] buffer) are looped
+// over, one backend call per entry of the outermost; an operand is copied only when no GEMM can
+// read its matrices.
 #include "autograd/linalg.h"
 
+#include <algorithm>
+#include <numeric>
 #include <optional>
+#include <vector>
 
 #include "autograd/autocast.h"
 #include "autograd/node.h"
@@ -71,46 +77,123 @@ Tensor as_batched(Tensor t) {
                          t.offset());
 }
 
-// out: [batch..., M, N] = a: [batch..., M, K] @ b: [batch..., K, N] (same batch dims); no graph.
-Tensor batched_product(const Tensor& a, const Tensor& b, const Shape& out_shape) {
+// True when as_batched would copy t only because its batch dims do not collapse to one stride
+// (its matrices alone are GEMM-readable): then looping over the outermost batch dim avoids it.
+bool batch_dims_split(const Tensor& t, std::int64_t nb) {
+  return blas_layout(t) && !collapsed_stride(t, nb);
+}
+
+// Entry i of t along its first dim, as a view with one dim fewer.
+Tensor entry(const Tensor& t, std::int64_t i) {
+  return raw::as_strided(t, Shape(t.shape().begin() + 1, t.shape().end()),
+                         Shape(t.strides().begin() + 1, t.strides().end()),
+                         t.offset() + i * t.stride(0));
+}
+
+// The order of t's dims from outermost to innermost in memory, when t is a permutation of a
+// contiguous tensor with its last dim innermost (every element once, no gaps); else nullopt.
+// Size-1 dims take whatever place their stride gives them: it does not change the memory.
+std::optional<std::vector<std::int64_t>> dense_order(const Tensor& t) {
+  if (!t.defined() || t.dim() < 2) return std::nullopt;
+  std::vector<std::int64_t> order(static_cast<std::size_t>(t.dim()));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int64_t x, std::int64_t y) { return t.stride(x) > t.stride(y); });
+  std::int64_t expected = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (t.size(*it) == 1) continue;
+    if (t.stride(*it) != expected) return std::nullopt;
+    expected *= t.size(*it);
+  }
+  if (t.size(-1) > 1 && order.back() != t.dim() - 1) return std::nullopt;
+  return order;
+}
+
+// An uninitialised tensor of `shape` whose dims lie in memory in `order` (outermost first).
+Tensor empty_in_order(const Shape& shape, const std::vector<std::int64_t>& order,
+                      const TensorOptions& options) {
+  Shape permuted;
+  for (std::int64_t d : order) permuted.push_back(shape[static_cast<std::size_t>(d)]);
+  const Shape permuted_strides = contiguous_strides(permuted);
+  Shape strides(shape.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    strides[static_cast<std::size_t>(order[i])] = permuted_strides[i];
+  }
+  const Tensor storage = empty(permuted, options);
+  return raw::as_strided(storage, shape, strides, storage.offset());
+}
+
+// out = a @ b with a: [batch..., M, K], b: [batch..., K, N] (the same batch dims) into out:
+// [batch..., M, N] (row-major matrices, any batch strides); no graph.
+void product_into(const Tensor& a, const Tensor& b, const Tensor& out) {
   const std::int64_t nb = a.dim() - 2;
-  const std::int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
-  Tensor out = empty(out_shape, {.dtype = a.dtype(), .device = a.device()});
-  if (out.numel() == 0) return out;
+  const std::int64_t k = a.size(-1), n = b.size(-1);
+  if (out.numel() == 0) return;
   if (k == 0) {
     raw::fill(out, 0.0);  // a sum over nothing
-    return out;
+    return;
   }
   Backend& be = backend(a.device());
   // One matrix b shared by the whole batch (the Linear-layer case): the batch folds into M, so
   // the backend runs one GEMM [B*M, K] x [K, N] instead of B small ones.
   if (nb > 0 && collapsed_stride(b, nb) == 0) {
     const auto row_stride = collapsed_stride(a, nb + 1);
-    if (row_stride && a.stride(-1) == 1 && *row_stride >= k) {
+    const auto out_row_stride = collapsed_stride(out, nb + 1);
+    if (row_stride && a.stride(-1) == 1 && *row_stride >= k && out_row_stride &&
+        out.stride(-1) == 1 && *out_row_stride >= n) {
       const std::int64_t rows = out.numel() / n;
       Tensor a3 = raw::as_strided(a, {1, rows, k}, {0, *row_stride, 1}, a.offset());
       Tensor b3 = raw::as_strided(b, {1, k, n}, {0, b.stride(-2), b.stride(-1)}, b.offset());
       if (!blas_layout(b3)) b3 = packed(b3);
-      be.matmul(a3, b3, raw::as_strided(out, {1, rows, n}, {rows * n, n, 1}, 0));
-      return out;
+      be.matmul(a3, b3, raw::as_strided(out, {1, rows, n}, {0, *out_row_stride, 1}, out.offset()));
+      return;
     }
   }
-  Tensor a3 = as_batched(a), b3 = as_batched(b);
-  be.matmul(a3, b3, raw::as_strided(out, {a3.size(0), m, n}, {m * n, n, 1}, 0));
-  return out;
+  // Batch dims that no single stride walks (attention's heads inside the rows of a
+  // [B, n, H, d] buffer): one product per entry of the outermost, each with one batch dim fewer.
+  if (nb >= 2 &&
+      (batch_dims_split(a, nb) || batch_dims_split(b, nb) || !collapsed_stride(out, nb))) {
+    for (std::int64_t i = 0; i < a.size(0); ++i) {
+      product_into(entry(a, i), entry(b, i), entry(out, i));
+    }
+    return;
+  }
+  const Tensor a3 = as_batched(a), b3 = as_batched(b);
+  be.matmul(
+      a3, b3,
+      raw::as_strided(out, {a3.size(0), out.size(-2), n},
+                      {*collapsed_stride(out, nb), out.stride(-2), out.stride(-1)}, out.offset()));
 }
 
-}  // namespace
+using DimOrder = std::optional<std::vector<std::int64_t>>;
+
+// t with its last two dims swapped, as a view outside the graph.
+Tensor swapped(const Tensor& t) {
+  Shape shape = t.shape(), strides = t.strides();
+  std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+  std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
+  return raw::as_strided(t, shape, strides, t.offset());
+}
+
+// The dim order a gradient of `operand` (of shape `full` after broadcasting) is laid out in: the
+// operand's own when it is a dense permutation that is not contiguous (a [B, H, n, d] view of a
+// [B, n, H, d] buffer), so that the gradient flows back through the view without a copy; else
+// none (contiguous). A broadcast operand's gradient is summed over its batch dims afterwards.
+DimOrder gradient_order(const Tensor& operand, const Shape& full) {
+  if (operand.shape() != full || operand.is_contiguous()) return std::nullopt;
+  return dense_order(operand);
+}
 
 // 1-D operands become matrices ([K] -> [1, K] on the left, [K, 1] on the right), the batch dims
 // broadcast, and the dims added for 1-D operands are removed from the result.
 //   d(a @ b) = (g @ b^T, a^T @ g), with transposes as views; the engine sums each over the
-//   batch dims its operand was broadcast along.
-Tensor matmul(const Tensor& a, const Tensor& b) {
+//   batch dims its operand was broadcast along. Each gradient is laid out like its operand where
+//   that is a permuted view (gradient_layout), so it flows back through the view without a copy.
+Tensor matmul_impl(const Tensor& a, const Tensor& b, const DimOrder& out_order) {
   // Mixed precision (autograd/autocast.h): float32 operands run as one bfloat16 product.
   if (const auto low = autocast_operands({a, b})) {
     const AutocastSuspend suspend;
-    return to(matmul((*low)[0], (*low)[1]), DType::float32);
+    return to(matmul_impl((*low)[0], (*low)[1], out_order), DType::float32);
   }
   TF_CHECK(a.defined() && b.defined(), "matmul: expected defined tensors, got an undefined Tensor");
   TF_CHECK(a.dim() > 0 && b.dim() > 0, "matmul: expected tensors with at least one dim, got ",
@@ -135,15 +218,20 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   b_full.insert(b_full.end(), {k, n});
   out_full.insert(out_full.end(), {m, n});
   shape_numel(out_full, "matmul");  // [2^40, 1] @ [1, 2^40]: more elements than an int64 counts
-  Tensor out_full_t = batched_product(raw::expand(a2, a_full, "matmul"),
-                                      raw::expand(b2, b_full, "matmul"), out_full);
+  const TensorOptions options{.dtype = a.dtype(), .device = a.device()};
+  const bool matrices = !a_vector && !b_vector;
+  const bool ordered = matrices && out_order && out_order->size() == out_full.size();
+  Tensor out_full_t =
+      ordered ? empty_in_order(out_full, *out_order, options) : empty(out_full, options);
+  product_into(raw::expand(a2, a_full, "matmul"), raw::expand(b2, b_full, "matmul"), out_full_t);
 
-  // The result drops the dims that 1-D operands brought in.
+  // The result drops the dims that 1-D operands brought in (out_full_t is contiguous then).
   Shape out_shape = batch;
   if (!a_vector) out_shape.push_back(m);
   if (!b_vector) out_shape.push_back(n);
-  Tensor out =
-      raw::as_strided(out_full_t, out_shape, contiguous_strides(out_shape), out_full_t.offset());
+  Tensor out = matrices ? out_full_t
+                        : raw::as_strided(out_full_t, out_shape, contiguous_strides(out_shape),
+                                          out_full_t.offset());
 
   Tensor sa = b.requires_grad() ? save(a2) : Tensor();
   Tensor sb = a.requires_grad() ? save(b2) : Tensor();
@@ -153,13 +241,21 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   // untransposed tensor is contiguous instead of a transposed view that must be copied.
   const bool a_column_major = !a_vector && column_major(a2);
   const bool b_column_major = !b_vector && column_major(b2);
+  Shape a_full_t = batch, b_full_t = batch;  // the transposed operands' shapes
+  a_full_t.insert(a_full_t.end(), {k, m});
+  b_full_t.insert(b_full_t.end(), {n, k});
+  const DimOrder a_order =
+      a_column_major ? gradient_order(swapped(a2), a_full_t) : gradient_order(a2, a_full);
+  const DimOrder b_order =
+      b_column_major ? gradient_order(swapped(b2), b_full_t) : gradient_order(b2, b_full);
   return record("matmul", out, {a, b}, [=](const Tensor& g) {
     Tensor g2 = reshape(g, out_full);  // [batch..., M, N]
     Tensor ga, gb;
     if (sb.defined()) {
-      ga = a_column_major ? transpose(matmul(sb, transpose(g2, -1, -2)), -1, -2)  // (b g^T)^T
-                          : matmul(g2, transpose(sb, -1, -2));  // [batch..., M, K]
-      if (a_vector) ga = squeeze(ga, -2);                       // a 1-D a has shape [K]
+      ga = a_column_major
+               ? transpose(matmul_impl(sb, transpose(g2, -1, -2), a_order), -1, -2)  // (b g^T)^T
+               : matmul_impl(g2, transpose(sb, -1, -2), a_order);  // [batch..., M, K]
+      if (a_vector) ga = squeeze(ga, -2);                          // a 1-D a has shape [K]
     }
     if (sa.defined()) {
       if (b_shared && !batch.empty()) {
@@ -169,13 +265,24 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
         gb = b_column_major ? transpose(matmul(transpose(g_rows, 0, 1), a_rows), 0, 1)
                             : matmul(transpose(a_rows, 0, 1), g_rows);
       } else {
-        gb = b_column_major ? transpose(matmul(transpose(g2, -1, -2), sa), -1, -2)  // (g^T a)^T
-                            : matmul(transpose(sa, -1, -2), g2);  // [batch..., K, N]
+        gb = b_column_major
+                 ? transpose(matmul_impl(transpose(g2, -1, -2), sa, b_order), -1, -2)  // (g^T a)^T
+                 : matmul_impl(transpose(sa, -1, -2), g2, b_order);  // [batch..., K, N]
       }
       if (b_vector) gb = squeeze(gb, -1);  // a 1-D b has shape [K]
     }
     return std::vector<Tensor>{ga, gb};
   });
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  return matmul_impl(a, b, std::nullopt);
+}
+
+Tensor matmul_like(const Tensor& a, const Tensor& b, const Tensor& like) {
+  return matmul_impl(a, b, dense_order(like));
 }
 
 }  // namespace tinyformer

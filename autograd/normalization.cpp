@@ -94,65 +94,121 @@ Tensor log_softmax(const Tensor& x, std::int64_t dim) {
   return softmax_impl(autocast_to_float(x), dim, true);  // float32 under autocast
 }
 
+namespace {
+
+// The checks layer_norm and add_layer_norm (named `op`) make of x and the parameters.
+void check_layer_norm_call(const char* op, const Tensor& x, const Shape& normalized_shape,
+                           const Tensor& weight, const Tensor& bias, double eps) {
+  TF_CHECK(x.defined(), op, ": expected a defined tensor, got an undefined Tensor");
+  TF_CHECK(is_floating(x.dtype()), op, ": expected a floating tensor, got ", x.dtype());
+  const auto k = static_cast<std::int64_t>(normalized_shape.size());
+  TF_CHECK(k > 0, op, ": expected a non-empty normalized_shape");
+  const Shape trailing(x.shape().end() - std::min(k, x.dim()), x.shape().end());
+  TF_CHECK(x.dim() >= k && trailing == normalized_shape, op, ": expected an input whose ",
+           "trailing dims are ", shape_str(normalized_shape), ", got ", shape_str(x.shape()));
+  TF_CHECK(eps >= 0, op, ": expected eps >= 0, got ", eps);
+  for (const auto& [param, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (!param->defined()) continue;
+    TF_CHECK(param->shape() == normalized_shape, op, ": expected a ", what, " of shape ",
+             shape_str(normalized_shape), ", got ", shape_str(param->shape()));
+    TF_CHECK(param->dtype() == x.dtype(), op, ": the ", what, " is ", param->dtype(),
+             ", the input ", x.dtype());
+    TF_CHECK(param->device() == x.device(), op, ": the ", what, " is on ", param->device(),
+             ", the input on ", x.device());
+  }
+}
+
+// t as a contiguous [rows, cols] (a view when it is contiguous already); undefined stays so.
+Tensor as_rows(const Tensor& t, std::int64_t rows, std::int64_t cols) {
+  if (!t.defined()) return Tensor();
+  const Tensor c = raw::contiguous(t);
+  return raw::as_strided(c, {rows, cols}, {cols, 1}, c.offset());
+}
+
+// t as a contiguous [cols] (weight, bias and their gradients); undefined stays so.
+Tensor as_vector(const Tensor& t, std::int64_t cols) {
+  if (!t.defined()) return Tensor();
+  const Tensor c = raw::contiguous(t);
+  return raw::as_strided(c, {cols}, {1}, c.offset());
+}
+
+// The gradients of y = layer_norm(x2) (x2: the saved [R, C] input) from g: {grad_x, grad_weight,
+// grad_bias}, each undefined when not wanted.
+std::vector<Tensor> layer_norm_grads(const Tensor& g, const Tensor& x2, const Tensor& w,
+                                     const Tensor& mean, const Tensor& rstd, const Shape& x_shape,
+                                     const Shape& normalized_shape, bool need_w, bool need_b) {
+  const std::int64_t rows = x2.size(0), cols = x2.size(1);
+  const TensorOptions opts{.dtype = x2.dtype(), .device = x2.device()};
+  const Tensor g2 = as_rows(g, rows, cols);
+  Tensor gx = empty(x_shape, opts);
+  Tensor gw = need_w ? empty(normalized_shape, opts) : Tensor();
+  Tensor gb = need_b ? empty(normalized_shape, opts) : Tensor();
+  if (gx.numel() > 0) {
+    backend(g.device())
+        .layer_norm_backward(g2, x2, w, mean, rstd, as_rows(gx, rows, cols), as_vector(gw, cols),
+                             as_vector(gb, cols));
+  } else {
+    // No rows: the parameters collected nothing.
+    if (gw.defined()) raw::fill(gw, 0.0);
+    if (gb.defined()) raw::fill(gb, 0.0);
+  }
+  return {gx, gw, gb};
+}
+
+}  // namespace
+
 // y = (x - mean) * rstd * weight + bias over the trailing normalized_shape, where
 // rstd = 1 / sqrt(var + eps) (biased variance). mean and rstd per row are kept for backward.
 Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
   const Tensor x = autocast_to_float(x_in);  // float32 under autocast (autograd/autocast.h)
-  TF_CHECK(x.defined(), "layer_norm: expected a defined tensor, got an undefined Tensor");
-  TF_CHECK(is_floating(x.dtype()), "layer_norm: expected a floating tensor, got ", x.dtype());
-  const auto k = static_cast<std::int64_t>(normalized_shape.size());
-  TF_CHECK(k > 0, "layer_norm: expected a non-empty normalized_shape");
-  const Shape trailing(x.shape().end() - std::min(k, x.dim()), x.shape().end());
-  TF_CHECK(x.dim() >= k && trailing == normalized_shape, "layer_norm: expected an input whose ",
-           "trailing dims are ", shape_str(normalized_shape), ", got ", shape_str(x.shape()));
-  TF_CHECK(eps >= 0, "layer_norm: expected eps >= 0, got ", eps);
-  for (const auto& [param, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
-    if (!param->defined()) continue;
-    TF_CHECK(param->shape() == normalized_shape, "layer_norm: expected a ", what, " of shape ",
-             shape_str(normalized_shape), ", got ", shape_str(param->shape()));
-    TF_CHECK(param->dtype() == x.dtype(), "layer_norm: the ", what, " is ", param->dtype(),
-             ", the input ", x.dtype());
-    TF_CHECK(param->device() == x.device(), "layer_norm: the ", what, " is on ", param->device(),
-             ", the input on ", x.device());
-  }
+  check_layer_norm_call("layer_norm", x, normalized_shape, weight, bias, eps);
   const std::int64_t cols = shape_numel(normalized_shape);
   const std::int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   const TensorOptions opts{.dtype = x.dtype(), .device = x.device()};
   // x2: [R, C]; w, b: [C] or undefined.
-  const Tensor xc = raw::contiguous(x);
-  const Tensor x2 = raw::as_strided(xc, {rows, cols}, {cols, 1}, xc.offset());
-  auto flat = [cols](const Tensor& p) {
-    if (!p.defined()) return Tensor();
-    const Tensor c = raw::contiguous(p);
-    return raw::as_strided(c, {cols}, {1}, c.offset());
-  };
-  const Tensor w = flat(weight), b = flat(bias);
+  const Tensor x2 = as_rows(x, rows, cols);
+  const Tensor w1 = as_vector(weight, cols), b1 = as_vector(bias, cols);
   Tensor y = empty(x.shape(), opts);
   Tensor mean = empty({rows}, opts), rstd = empty({rows}, opts);
   if (y.numel() > 0) {
-    backend(x.device())
-        .layer_norm(x2, w, b, eps, raw::as_strided(y, {rows, cols}, {cols, 1}, 0), mean, rstd);
+    backend(x.device()).layer_norm(x2, w1, b1, eps, as_rows(y, rows, cols), mean, rstd);
   }
   const Shape x_shape = x.shape();
   const bool need_w = weight.requires_grad(), need_b = bias.requires_grad();
-  Tensor sx = save(x2), sw = save(w);
+  Tensor sx = save(x2), sw = save(w1);
   return record("layer_norm", y, {x, weight, bias}, [=](const Tensor& g) {
-    const Tensor gc = raw::contiguous(g);
-    const Tensor g2 = raw::as_strided(gc, {rows, cols}, {cols, 1}, gc.offset());
-    Tensor gx = empty(x_shape, opts);
-    Tensor gw = need_w ? empty(normalized_shape, opts) : Tensor();
-    Tensor gb = need_b ? empty(normalized_shape, opts) : Tensor();
-    if (gx.numel() > 0) {
-      backend(g.device())
-          .layer_norm_backward(g2, sx, sw, mean, rstd,
-                               raw::as_strided(gx, {rows, cols}, {cols, 1}, 0), flat(gw), flat(gb));
-    } else {
-      // No rows: the parameters collected nothing.
-      if (gw.defined()) raw::fill(gw, 0.0);
-      if (gb.defined()) raw::fill(gb, 0.0);
-    }
-    return std::vector<Tensor>{gx, gw, gb};
+    return layer_norm_grads(g, sx, sw, mean, rstd, x_shape, normalized_shape, need_w, need_b);
+  });
+}
+
+// h = x + residual, y = layer_norm(h) in one backend op (add_layer_norm): the sum h is saved in
+// place of layer_norm's input, and its gradient is the gradient of x and of residual alike.
+Tensor add_layer_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape,
+                      const Tensor& weight, const Tensor& bias, double eps) {
+  check_layer_norm_call("add_layer_norm", x, normalized_shape, weight, bias, eps);
+  TF_CHECK(residual.defined() && residual.shape() == x.shape() && residual.dtype() == x.dtype() &&
+               residual.device() == x.device(),
+           "add_layer_norm: expected a residual of the input's shape, dtype and device ",
+           shape_str(x.shape()), " ", x.dtype(), " on ", x.device(), ", got ",
+           residual.defined() ? shape_str(residual.shape()) : std::string("an undefined Tensor"));
+  const std::int64_t cols = shape_numel(normalized_shape);
+  const std::int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  const TensorOptions opts{.dtype = x.dtype(), .device = x.device()};
+  const Tensor x2 = as_rows(x, rows, cols), r2 = as_rows(residual, rows, cols);
+  const Tensor w1 = as_vector(weight, cols), b1 = as_vector(bias, cols);
+  Tensor y = empty(x.shape(), opts), h = empty({rows, cols}, opts);
+  Tensor mean = empty({rows}, opts), rstd = empty({rows}, opts);
+  if (y.numel() > 0) {
+    backend(x.device()).add_layer_norm(x2, r2, w1, b1, eps, as_rows(y, rows, cols), h, mean, rstd);
+  }
+  const Shape x_shape = x.shape();
+  const bool need_w = weight.requires_grad(), need_b = bias.requires_grad();
+  Tensor sh = save(h), sw = save(w1);
+  return record("add_layer_norm", y, {x, residual, weight, bias}, [=](const Tensor& g) {
+    std::vector<Tensor> grads =
+        layer_norm_grads(g, sh, sw, mean, rstd, x_shape, normalized_shape, need_w, need_b);
+    return std::vector<Tensor>{grads[0], grads[0], grads[1], grads[2]};
   });
 }
 

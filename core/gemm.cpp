@@ -67,4 +67,16 @@ GemmInput gemm_input(const Tensor& t) {
   return p;
 }
 
+GemmOutput gemm_output(const Tensor& out) {
+  const GemmOperand op = gemm_operand(out.shape(), out.strides());
+  const bool one_matrix = out.size(0) <= 1;
+  TF_CHECK(!op.copy && !op.transposed && (one_matrix || !op.broadcast),
+           "matmul: expected an out of row-major matrices that do not overlap (unit stride along ",
+           "N, a row stride of at least N), got shape ", shape_str(out.shape()), " with strides ",
+           shape_str(out.strides()));
+  // A batch of one has no batch stride; a contiguous one keeps its span for libraries that
+  // describe every batch dim.
+  return {op.ld, one_matrix ? out.size(1) * op.ld : op.batch_stride};
+}
+
 }  // namespace tinyformer

@@ -35,4 +35,15 @@ struct GemmInput {
 };
 GemmInput gemm_input(const Tensor& t);
 
+// Where a GEMM writes a [batch, M, N] output: row-major matrices (unit stride along N, a leading
+// dimension ld >= N) that start batch_stride elements apart, no element written twice. A
+// contiguous out has ld = N and batch_stride = M * N; a [B, H, n, dh] view of a [B, n, H, dh]
+// buffer, one b at a time, has ld = H * dh and batch_stride = dh. Throws Error for any other
+// layout (a column-major, overlapping or broadcast out).
+struct GemmOutput {
+  std::int64_t ld = 1;
+  std::int64_t batch_stride = 0;
+};
+GemmOutput gemm_output(const Tensor& out);
+
 }  // namespace tinyformer

@@ -12,6 +12,7 @@
 #include "core/backend.h"
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/gemm.h"
 
 namespace tinyformer {
 
@@ -249,8 +250,7 @@ void check_matmul_args(const Tensor& a, const Tensor& b, const Tensor& out,
   check_backend_device(out, "matmul", "out", backend);
   check_device(a, "matmul", "a", out.device());
   check_device(b, "matmul", "b", out.device());
-  TF_CHECK(out.numel() == 0 || out.is_contiguous(),
-           "matmul: expected a contiguous out, got strides ", shape_str(out.strides()));
+  if (out.numel() > 0) gemm_output(out);  // throws for a layout no GEMM writes
   TF_CHECK(out.storage() != a.storage() && out.storage() != b.storage(),
            "matmul: out shares memory with an input");
 }
@@ -312,13 +312,12 @@ void check_softmax_args(const char* op, std::initializer_list<const Tensor*> ten
   }
 }
 
-// x, out: [R, C]; weight, bias: [C] or undefined; mean, rstd: [R]; eps >= 0; rows of at least
-// one element unless there are no rows.
-void check_layer_norm_args(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                           const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                           const Backend& backend) {
-  const char* op = "layer_norm";
-  check_layer_norm_input(x, Op::layer_norm, op, backend);
+namespace {
+
+// layer_norm's and add_layer_norm's x (checked already), out, statistics, parameters and eps.
+void check_layer_norm_rest(const char* op, const Tensor& x, const Tensor& weight,
+                           const Tensor& bias, double eps, const Tensor& out, const Tensor& mean,
+                           const Tensor& rstd) {
   const std::int64_t rows = x.size(0), cols = x.size(1);
   const Device device = x.device();
   TF_CHECK(out.defined() && mean.defined() && rstd.defined(), op,
@@ -330,6 +329,30 @@ void check_layer_norm_args(const Tensor& x, const Tensor& weight, const Tensor& 
   TF_CHECK(eps >= 0, op, ": expected eps >= 0, got ", eps);
   if (rows == 0) return;
   TF_CHECK(cols > 0, op, ": cannot normalize rows of 0 elements (x ", shape_str(x.shape()), ")");
+}
+
+}  // namespace
+
+// x, out: [R, C]; weight, bias: [C] or undefined; mean, rstd: [R]; eps >= 0; rows of at least
+// one element unless there are no rows.
+void check_layer_norm_args(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                           const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                           const Backend& backend) {
+  check_layer_norm_input(x, Op::layer_norm, "layer_norm", backend);
+  check_layer_norm_rest("layer_norm", x, weight, bias, eps, out, mean, rstd);
+}
+
+// As check_layer_norm_args, with residual and sum of x's shape, dtype and device.
+void check_add_layer_norm_args(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                               const Tensor& bias, double eps, const Tensor& out, const Tensor& sum,
+                               const Tensor& mean, const Tensor& rstd, const Backend& backend) {
+  const char* op = "add_layer_norm";
+  check_layer_norm_input(x, Op::add_layer_norm, op, backend);
+  TF_CHECK(residual.defined() && sum.defined(), op,
+           ": expected defined residual and sum, got an undefined Tensor");
+  check_operand(residual, op, "residual", x.shape(), x.dtype(), x.device());
+  check_operand(sum, op, "sum", x.shape(), x.dtype(), x.device());
+  check_layer_norm_rest(op, x, weight, bias, eps, out, mean, rstd);
 }
 
 // grad, x, grad_x: [R, C]; weight: [C] or undefined; mean, rstd: [R];

@@ -59,6 +59,9 @@ void check_softmax_args(const char* op, std::initializer_list<const Tensor*> ten
 void check_layer_norm_args(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                            const Tensor& out, const Tensor& mean, const Tensor& rstd,
                            const Backend& backend);
+void check_add_layer_norm_args(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                               const Tensor& bias, double eps, const Tensor& out, const Tensor& sum,
+                               const Tensor& mean, const Tensor& rstd, const Backend& backend);
 void check_layer_norm_backward_args(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                     const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                                     const Tensor& grad_weight, const Tensor& grad_bias,

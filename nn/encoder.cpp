@@ -1,9 +1,26 @@
 // Encoder layers and the stack, including how Linformer projections are shared.
 #include "nn/encoder.h"
 
+#include <typeinfo>
+
 #include "autograd/ops.h"
+#include "nn/layers.h"
 
 namespace tinyformer::nn {
+
+namespace {
+
+// norm(x + residual): the built-in LayerNorm runs it as one fused op (add_layer_norm, one pass
+// over each row); any other norm module, a LayerNorm subclass included, sees the sum.
+Tensor add_then_norm(const NormModule& norm, const Tensor& x, const Tensor& residual) {
+  if (typeid(norm) == typeid(LayerNorm) && x.shape() == residual.shape() &&
+      x.dtype() == residual.dtype()) {
+    return static_cast<const LayerNorm&>(norm).forward_add(x, residual);
+  }
+  return norm.forward(add(x, residual));
+}
+
+}  // namespace
 
 TransformerEncoderLayer::TransformerEncoderLayer(const EncoderConfig& config,
                                                  std::shared_ptr<Attention> attn,
@@ -38,9 +55,9 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& key_paddi
     return add(h, dropout(feed_forward->forward(norm2->forward(h)), dropout_, train));
   }
   // LN(x + Attn(x)), then LN(h + FF(h))
-  Tensor h = norm1->forward(
-      add(x, dropout(attention->forward(x, key_padding_mask, causal), dropout_, train)));
-  return norm2->forward(add(h, dropout(feed_forward->forward(h), dropout_, train)));
+  Tensor h = add_then_norm(
+      *norm1, x, dropout(attention->forward(x, key_padding_mask, causal), dropout_, train));
+  return add_then_norm(*norm2, h, dropout(feed_forward->forward(h), dropout_, train));
 }
 
 TransformerEncoder::TransformerEncoder(const EncoderConfig& config)

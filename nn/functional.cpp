@@ -46,7 +46,9 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   }
   Tensor probs = functional::softmax(scores, -1);
   if (probs_out) *probs_out = probs;
-  return matmul(probs, value);  // [..., n, dv]
+  // [..., n, dv], laid out like the query: for heads that are a view of a [B, n, H, d] buffer
+  // the result is one too, and merging the heads is free.
+  return matmul_like(probs, value, query);
 }
 
 }  // namespace tinyformer::nn::functional

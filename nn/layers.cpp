@@ -20,6 +20,10 @@ Tensor LayerNorm::forward(const Tensor& x) const {
   return layer_norm(x, {dim_}, weight, bias, eps_);
 }
 
+Tensor LayerNorm::forward_add(const Tensor& x, const Tensor& residual) const {
+  return add_layer_norm(x, residual, {dim_}, weight, bias, eps_);
+}
+
 std::string LayerNorm::extra_repr() const {
   return std::to_string(dim_) + (weight.defined() ? "" : ", affine=false");
 }

@@ -14,6 +14,8 @@ class LayerNorm : public NormModule {
  public:
   explicit LayerNorm(std::int64_t dim, double eps = 1e-5, bool affine = true);
   Tensor forward(const Tensor& x) const override;
+  // forward(x + residual) in one fused op (add_layer_norm); x and residual have one shape.
+  Tensor forward_add(const Tensor& x, const Tensor& residual) const;
   std::string type_name() const override { return "LayerNorm"; }
   std::string extra_repr() const override;
 

@@ -1,5 +1,5 @@
-// CpuBackend::layer_norm and layer_norm_backward over the last dim of a contiguous [R, C]
-// tensor.
+// CpuBackend::layer_norm, add_layer_norm and layer_norm_backward over the last dim of a
+// contiguous [R, C] tensor.
 //
 // float32 forward: oneDNN's layer_normalization. float64 (which oneDNN lacks) and every backward:
 // loops, one row per iteration (a row fits in L1), rows spread over the OpenMP threads. Measured
@@ -11,8 +11,12 @@
 //   [1024, 256] backward   128 us    131 us
 //   [64, 10]    fwd / bwd  2.5/2.8 us  2.4/3.1 us
 // oneDNN's forward keeps several partial sums in flight where the loop's reductions wait on one
-// accumulator. The backwards tie, and the loop takes the saved rstd as it is (oneDNN wants the
-// variance back) and skips the weight and bias sums when they are not wanted.
+// accumulator. add_layer_norm in float64 runs the loop with the residual: each row's sum
+// x + residual is written once and normalised while it is in L1. In float32 the gap above
+// outweighs what fusing the add saves (one read of the sum), so the sum is written by a plain
+// loop and oneDNN normalises it. The backwards tie, and the loop takes the
+// saved rstd as it is (oneDNN wants the variance back) and skips the weight and bias sums when they
+// are not wanted.
 #include <omp.h>
 
 #include <algorithm>
@@ -33,19 +37,32 @@ namespace {
 
 constexpr std::int64_t kParallelElements = 1 << 15;
 
-// y = (x - mean) * rstd * w + b, with mean and rstd = 1 / sqrt(var + eps) saved per row.
-// x, y: [R, C]; w, b: [C] or null; mean, rstd: [R]
+// y = (x - mean) * rstd * w + b, with mean and rstd = 1 / sqrt(var + eps) saved per row. With a
+// residual, x is first replaced by h = x + residual, stored in `h` (add_layer_norm).
+// x, y: [R, C]; w, b: [C] or null; mean, rstd: [R]; residual, h: [R, C] or both null
 template <typename T>
 void layer_norm_rows(const T* x, const T* w, const T* b, T eps, T* y, T* mean_out, T* rstd_out,
-                     std::int64_t rows, std::int64_t cols) {
+                     std::int64_t rows, std::int64_t cols, const T* residual = nullptr,
+                     T* h = nullptr) {
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements && \
                                               !omp_in_parallel())
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     T sum = 0;
+    if (residual != nullptr) {
+      const T* rr = residual + r * cols;
+      T* hr = h + r * cols;
 #pragma omp simd reduction(+ : sum)
-    for (std::int64_t c = 0; c < cols; ++c) sum += xr[c];
+      for (std::int64_t c = 0; c < cols; ++c) {
+        hr[c] = xr[c] + rr[c];
+        sum += hr[c];
+      }
+      xr = hr;
+    } else {
+#pragma omp simd reduction(+ : sum)
+      for (std::int64_t c = 0; c < cols; ++c) sum += xr[c];
+    }
     const T mean = sum / static_cast<T>(cols);
     // Two passes over the row (it is in L1): sum((x - mean)^2) does not cancel the way
     // sum(x^2) - C mean^2 does when |mean| >> std.
@@ -196,6 +213,28 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
   } else {
     layer_norm_rows(x.data<double>(), data_or_null<double>(weight), data_or_null<double>(bias), eps,
                     out.data<double>(), mean.data<double>(), rstd.data<double>(), rows, cols);
+  }
+}
+
+// x, residual, out, sum: [R, C]; weight, bias: [C] or undefined; mean, rstd: [R]
+void CpuBackend::add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                const Tensor& bias, double eps, const Tensor& out,
+                                const Tensor& sum, const Tensor& mean, const Tensor& rstd) {
+  check_add_layer_norm_args(x, residual, weight, bias, eps, out, sum, mean, rstd, *this);
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  if (rows == 0) return;
+  if (x.dtype() == DType::float32) {
+    const float* xp = x.data<float>();
+    const float* rp = residual.data<float>();
+    float* hp = sum.data<float>();
+    const std::int64_t n = rows * cols;
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements && !omp_in_parallel())
+    for (std::int64_t i = 0; i < n; ++i) hp[i] = xp[i] + rp[i];
+    layer_norm_dnnl(sum, weight, bias, static_cast<float>(eps), out, mean, rstd);
+  } else {
+    layer_norm_rows(x.data<double>(), data_or_null<double>(weight), data_or_null<double>(bias), eps,
+                    out.data<double>(), mean.data<double>(), rstd.data<double>(), rows, cols,
+                    residual.data<double>(), sum.data<double>());
   }
 }
 

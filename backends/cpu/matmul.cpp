@@ -52,20 +52,21 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const dou
 }
 
 // out[i] = a[i] @ b[i] for i in [0, batch), one BLAS call each.
-// a: [batch, M, K], b: [batch, K, N], out: [batch, M, N] contiguous
+// a: [batch, M, K], b: [batch, K, N], out: [batch, M, N] laid out as c
 template <typename T>
-void matmul_blas(const GemmInput& a, const GemmInput& b, T* out, std::int64_t batch, std::int64_t m,
-                 std::int64_t k, std::int64_t n) {
+void matmul_blas(const GemmInput& a, const GemmInput& b, T* out, const GemmOutput& c,
+                 std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n) {
   const int mi = blas_int(m, "M"), ni = blas_int(n, "N"), ki = blas_int(k, "K");
   const int lda = blas_int(a.layout.ld, "leading dimension"),
-            ldb = blas_int(b.layout.ld, "leading dimension");
+            ldb = blas_int(b.layout.ld, "leading dimension"),
+            ldc = blas_int(c.ld, "leading dimension");
   const auto* pa = static_cast<const T*>(a.data);
   const auto* pb = static_cast<const T*>(b.data);
   for (std::int64_t i = 0; i < batch; ++i) {
     gemm(a.layout.transposed ? CblasTrans : CblasNoTrans,
          b.layout.transposed ? CblasTrans : CblasNoTrans, mi, ni, ki,
-         pa + i * a.layout.batch_stride, lda, pb + i * b.layout.batch_stride, ldb, out + i * m * n,
-         ni);
+         pa + i * a.layout.batch_stride, lda, pb + i * b.layout.batch_stride, ldb,
+         out + i * c.batch_stride, ldc);
   }
 }
 
@@ -89,21 +90,22 @@ dnnl::memory::desc matmul_desc(const Shape& dims, const Shape& strides, DType dt
                             dnnl::memory::dims(strides.begin(), strides.end()));
 }
 
-// a: [batch, M, K], b: [batch, K, N], out: [batch, M, N] contiguous; float32, or bfloat16 (with
-// float32 accumulation inside oneDNN) where bf16_matmul_native(). The operands are of `dtype`
-// (the output's unless given: bfloat16 operands may make a float32 output).
+// a: [batch, M, K], b: [batch, K, N], out: [batch, M, N] (gemm_output's layouts); float32, or
+// bfloat16 (with float32 accumulation inside oneDNN) where bf16_matmul_native(). The operands are
+// of `dtype` (the output's unless given: bfloat16 operands may make a float32 output).
 void matmul_dnnl(const GemmInput& a, const GemmInput& b, const Tensor& out, std::int64_t batch,
                  std::int64_t m, std::int64_t k, std::int64_t n,
                  std::optional<DType> operand_dtype = std::nullopt) {
   Shape a_dims, a_strides, b_dims, b_strides;
   describe(a, batch, m, k, a_dims, a_strides);
   describe(b, batch, k, n, b_dims, b_strides);
-  const Shape c_dims = {batch, m, n}, c_strides = {m * n, n, 1};
+  const GemmOutput c = gemm_output(out);
+  const Shape c_dims = {batch, m, n}, c_strides = {c.batch_stride, c.ld, 1};
   const DType dtype = out.dtype();
   const DType in_dtype = operand_dtype.value_or(dtype);
   PrimitiveKey key("matmul");
   key.add(static_cast<std::int64_t>(dtype)).add(static_cast<std::int64_t>(in_dtype));
-  key.add(a_dims).add(a_strides).add(b_dims).add(b_strides).add(c_dims);
+  key.add(a_dims).add(a_strides).add(b_dims).add(b_strides).add(c_dims).add(c_strides);
   const auto a_desc = matmul_desc(a_dims, a_strides, in_dtype);
   const auto b_desc = matmul_desc(b_dims, b_strides, in_dtype);
   const auto c_desc = matmul_desc(c_dims, c_strides, dtype);
@@ -191,14 +193,14 @@ bool bf16_matmul_fast() {
   return fast;
 }
 
-// a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N].
+// a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N]
+// (row-major matrices at any non-overlapping strides: gemm_output).
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_matmul_args(a, b, out, *this);
   const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
   if (out.numel() == 0) return;
-  if (k == 0) {  // an empty sum: every element is 0 (all-zero bits in IEEE float and double)
-    std::memset(out.data_ptr(), 0,
-                static_cast<std::size_t>(out.numel()) * element_size(out.dtype()));
+  if (k == 0) {  // an empty sum: every element is 0
+    fill(out, 0.0);
     return;
   }
   if (out.dtype() == DType::bfloat16 && !bf16_matmul_native()) {
@@ -214,26 +216,28 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     return;
   }
   const GemmInput pa = gemm_input(a), pb = gemm_input(b);
+  const GemmOutput c = gemm_output(out);
   // When both operands are broadcast every output matrix is the same: compute one, copy it.
   const std::int64_t runs = pa.layout.broadcast && pb.layout.broadcast ? 1 : batch;
   if (out.dtype() == DType::float64) {
-    matmul_blas(pa, pb, out.data<double>(), runs, m, k, n);
+    matmul_blas(pa, pb, out.data<double>(), c, runs, m, k, n);
   } else if (out.dtype() == DType::float32 && runs == 1 && m * n * k <= kSmallGemm) {
-    matmul_blas(pa, pb, out.data<float>(), 1, m, k, n);
+    matmul_blas(pa, pb, out.data<float>(), c, 1, m, k, n);
   } else if (out.dtype() == DType::float32 && pa.layout.transposed && m > 1 &&
              blas_as_wide_as_dnnl()) {
     // A column-major first operand (the gradients dW = g^T x and dV = P^T dO): oneDNN 2.6 runs
     // these at half its speed, OpenBLAS at full speed (see the dispatch policy above).
-    matmul_blas(pa, pb, out.data<float>(), runs, m, k, n);
+    matmul_blas(pa, pb, out.data<float>(), c, runs, m, k, n);
   } else {
     const Tensor first =
-        runs == batch ? out : raw::as_strided(out, {1, m, n}, {m * n, n, 1}, out.offset());
+        runs == batch ? out : raw::as_strided(out, {1, m, n}, {m * c.ld, c.ld, 1}, out.offset());
     matmul_dnnl(pa, pb, first, runs, m, k, n);
   }
   if (runs == 1 && batch > 1) {
-    const std::size_t bytes = static_cast<std::size_t>(m * n) * element_size(out.dtype());
-    auto* base = static_cast<char*>(out.data_ptr());
-    for (std::int64_t i = 1; i < batch; ++i) std::memcpy(base + i * bytes, base, bytes);
+    // out[1:] = out[0], read as a stride-0 batch.
+    const Tensor rest =
+        raw::as_strided(out, {batch - 1, m, n}, out.strides(), out.offset() + out.stride(0));
+    copy(raw::as_strided(out, rest.shape(), {0, out.stride(1), out.stride(2)}, out.offset()), rest);
   }
 }
 

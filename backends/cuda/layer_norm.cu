@@ -1,5 +1,7 @@
-// CudaBackend::layer_norm and layer_norm_backward over the last dim of a contiguous [R, C]
-// tensor.
+// CudaBackend::layer_norm, add_layer_norm and layer_norm_backward over the last dim of a
+// contiguous [R, C] tensor. add_layer_norm is the forward with a residual: each element's
+// h = x + residual is rounded to the dtype (as an add would), written to `sum`, and normalised
+// from the registers (warp rows) or re-read from `sum` (block rows).
 //
 // Per row (the forward, and the backward's grad_x): rows of up to 1024 elements take one warp
 // each and live in its registers; longer rows take one block each and are re-read per pass (they
@@ -36,11 +38,12 @@ __device__ inline acc_t<T> bias_at(const T* b, std::int64_t c) {
 // y = (x - mean) * rstd * w + b with rstd = 1 / sqrt(var + eps), mean and rstd saved per row.
 // Lane l holds columns l, l + 32, ...; the variance is a second pass over the registers:
 // sum((x - mean)^2) does not cancel the way sum(x^2) - C mean^2 does when |mean| >> std.
-// x, y: [R, C], C <= 32 kItems; w, b: [C] or null; mean, rstd: [R] (S: T, or float for bf16)
+// x, y: [R, C], C <= 32 kItems; w, b: [C] or null; mean, rstd: [R] (S: T, or float for bf16);
+// residual, h: [R, C] or both null (add_layer_norm: x + residual is normalised and kept in h)
 template <typename T, typename S, int kItems>
 __global__ void __launch_bounds__(kRowsPerBlock * 32)
     layer_norm_warp_kernel(const T* x, const T* w, const T* b, acc_t<T> eps, T* y, S* mean_out,
-                           S* rstd_out, std::int64_t rows, int cols) {
+                           S* rstd_out, std::int64_t rows, int cols, const T* residual, T* h) {
   using A = acc_t<T>;
   const int lane = threadIdx.x % 32;
   // Every lane of a warp has the same row: all 32 lanes reach the full-mask shuffles.
@@ -53,7 +56,14 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int c = lane + 32 * k;
-      v[k] = c < cols ? to_acc(xr[c]) : A(0);
+      v[k] = A(0);
+      if (c < cols && residual != nullptr) {
+        const T hc = from_acc<T>(to_acc(xr[c]) + to_acc(residual[r * cols + c]));
+        h[r * cols + c] = hc;
+        v[k] = to_acc(hc);
+      } else if (c < cols) {
+        v[k] = to_acc(xr[c]);
+      }
       sum += v[k];
     }
     const A mean = warp_sum(sum) / static_cast<A>(cols);
@@ -77,11 +87,13 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 
 // As layer_norm_warp_kernel, one block per row, three passes over the row (sum, squared
 // deviations, write).
-// x, y: [R, C]; w, b: [C] or null; mean, rstd: [R]
+// x, y: [R, C]; w, b: [C] or null; mean, rstd: [R]; residual, h: [R, C] or both null (the first
+// pass writes h = x + residual, which the later passes read in place of x)
 template <typename T, typename S>
 __global__ void __launch_bounds__(kRowBlock)
     layer_norm_block_kernel(const T* x, const T* w, const T* b, acc_t<T> eps, T* y, S* mean_out,
-                            S* rstd_out, std::int64_t rows, std::int64_t cols) {
+                            S* rstd_out, std::int64_t rows, std::int64_t cols, const T* residual,
+                            T* h) {
   using A = acc_t<T>;
   __shared__ A scratch[32];
   // The row is the same for the whole block, so every thread reaches the block reductions.
@@ -89,7 +101,17 @@ __global__ void __launch_bounds__(kRowBlock)
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     A sum = 0;
-    for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += to_acc(xr[c]);
+    if (residual != nullptr) {
+      // Each thread reads back only the columns it wrote itself.
+      T* hr = h + r * cols;
+      for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        hr[c] = from_acc<T>(to_acc(xr[c]) + to_acc(residual[r * cols + c]));
+        sum += to_acc(hr[c]);
+      }
+      xr = hr;
+    } else {
+      for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += to_acc(xr[c]);
+    }
     const A mean = block_sum(sum, scratch) / static_cast<A>(cols);
     A sq = 0;
     for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
@@ -285,11 +307,46 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor
       with_items(cols, [&](auto items) {
         layer_norm_warp_kernel<T, S, decltype(items)::value>
             <<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * 32, 0, stream()>>>(
-                xp, wp, bp, e, yp, mp, rp, rows, static_cast<int>(cols));
+                xp, wp, bp, e, yp, mp, rp, rows, static_cast<int>(cols), nullptr, nullptr);
       });
     } else {
-      layer_norm_block_kernel<T, S>
-          <<<grid_for(rows, 1), kRowBlock, 0, stream()>>>(xp, wp, bp, e, yp, mp, rp, rows, cols);
+      layer_norm_block_kernel<T, S><<<grid_for(rows, 1), kRowBlock, 0, stream()>>>(
+          xp, wp, bp, e, yp, mp, rp, rows, cols, nullptr, nullptr);
+    }
+    TF_CUDA_CHECK_LAUNCH(op);
+  });
+}
+
+// x, residual, out, sum: [R, C]; weight, bias: [C] or undefined; mean, rstd: [R]
+void CudaBackend::add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                 const Tensor& bias, double eps, const Tensor& out,
+                                 const Tensor& sum, const Tensor& mean, const Tensor& rstd) {
+  const char* op = "add_layer_norm";
+  check_add_layer_norm_args(x, residual, weight, bias, eps, out, sum, mean, rstd, *this);
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  if (rows == 0) return;
+  dispatch_stats(x, mean, op, [&](auto t_tag, auto s_tag) {
+    using T = decltype(t_tag);
+    using S = decltype(s_tag);
+    using A = acc_t<T>;
+    const T* xp = device_data<T>(x);
+    const T* resp = device_data<T>(residual);
+    const T* wp = data_or_null<T>(weight);
+    const T* bp = data_or_null<T>(bias);
+    T* yp = device_data<T>(out);
+    T* hp = device_data<T>(sum);
+    S* mp = device_data<S>(mean);
+    S* rp = device_data<S>(rstd);
+    const A e = static_cast<A>(eps);
+    if (cols <= kWarpRowMax) {
+      with_items(cols, [&](auto items) {
+        layer_norm_warp_kernel<T, S, decltype(items)::value>
+            <<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * 32, 0, stream()>>>(
+                xp, wp, bp, e, yp, mp, rp, rows, static_cast<int>(cols), resp, hp);
+      });
+    } else {
+      layer_norm_block_kernel<T, S><<<grid_for(rows, 1), kRowBlock, 0, stream()>>>(
+          xp, wp, bp, e, yp, mp, rp, rows, cols, resp, hp);
     }
     TF_CUDA_CHECK_LAUNCH(op);
   });

@@ -13,7 +13,6 @@
 // bfloat16 inputs and outputs on tensor cores with float32 accumulation.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -60,17 +59,18 @@ cublasComputeType_t compute_type(DType dtype) {
 
 }  // namespace
 
-// a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N].
+// a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N]
+// (row-major matrices at any non-overlapping strides: gemm_output).
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_matmul_args(a, b, out, *this);
   const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
   if (out.numel() == 0) return;
-  const std::size_t matrix_bytes = static_cast<std::size_t>(m * n) * element_size(out.dtype());
-  if (k == 0) {  // an empty sum: every element is 0 (all-zero bits in every float type)
-    TF_CUDA_CHECK("matmul", cudaMemsetAsync(out.data_ptr(), 0, matrix_bytes * batch, stream()));
+  if (k == 0) {  // an empty sum: every element is 0
+    fill(out, 0.0);
     return;
   }
   const GemmInput pa = gemm_input(a), pb = gemm_input(b);
+  const GemmOutput c = gemm_output(out);
   // When both operands are broadcast every output matrix is the same: compute one, copy it.
   const std::int64_t runs = pa.layout.broadcast && pb.layout.broadcast ? 1 : batch;
 
@@ -79,8 +79,8 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   const double one_d = 1.0, zero_d = 0.0;
   const bool f64 = dtype == DType::float64;
   const cudaDataType_t type = cuda_type(dtype);
-  // C^T [N, M] (ldc N) = op(B) [N, K] * op(A) [K, M]: a row-major operand is its own transpose
-  // in column-major terms (no flag); a column-major one needs the T flag.
+  // C^T [N, M] (ldc = out's row stride) = op(B) [N, K] * op(A) [K, M]: a row-major operand is its
+  // own transpose in column-major terms (no flag); a column-major one needs the T flag.
   TF_CUBLAS_CHECK(
       "matmul",
       cublasGemmStridedBatchedEx(
@@ -89,16 +89,14 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
           blas_int(k, "K"), f64 ? static_cast<const void*>(&one_d) : &one_f, pb.data, type,
           blas_int(pb.layout.ld, "leading dimension"), pb.layout.batch_stride, pa.data, type,
           blas_int(pa.layout.ld, "leading dimension"), pa.layout.batch_stride,
-          f64 ? static_cast<const void*>(&zero_d) : &zero_f, out.data_ptr(), type, blas_int(n, "N"),
-          m * n, blas_int(runs, "batch count"), compute_type(dtype), CUBLAS_GEMM_DEFAULT));
-  // Copies the first matrix to the others, doubling the filled prefix each time.
-  auto* base = static_cast<char*>(out.data_ptr());
-  for (std::int64_t filled = runs; filled < batch;) {
-    const std::int64_t count = std::min(filled, batch - filled);
-    TF_CUDA_CHECK("matmul",
-                  cudaMemcpyAsync(base + filled * matrix_bytes, base, count * matrix_bytes,
-                                  cudaMemcpyDeviceToDevice, stream()));
-    filled += count;
+          f64 ? static_cast<const void*>(&zero_d) : &zero_f, out.data_ptr(), type,
+          blas_int(c.ld, "leading dimension"), c.batch_stride, blas_int(runs, "batch count"),
+          compute_type(dtype), CUBLAS_GEMM_DEFAULT));
+  if (runs == 1 && batch > 1) {
+    // out[1:] = out[0], read as a stride-0 batch.
+    const Tensor rest =
+        raw::as_strided(out, {batch - 1, m, n}, out.strides(), out.offset() + out.stride(0));
+    copy(raw::as_strided(out, rest.shape(), {0, out.stride(1), out.stride(2)}, out.offset()), rest);
   }
 }
 

@@ -85,6 +85,7 @@ bool CudaBackend::supports(Op op, DType dtype) const {
     case Op::softmax:
     case Op::softmax_backward:
     case Op::layer_norm:
+    case Op::add_layer_norm:
     case Op::layer_norm_backward:
     case Op::nll_loss:
     case Op::nll_loss_backward:

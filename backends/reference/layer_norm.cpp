@@ -2,6 +2,7 @@
 //   forward:  mean[r] = sum_c x[r, c] / C,   var[r] = sum_c (x[r, c] - mean[r])^2 / C,
 //             rstd[r] = 1 / sqrt(var[r] + eps),   xhat = (x - mean) rstd,
 //             out[r, c] = xhat[r, c] * weight[c] + bias[c]   (weight 1, bias 0 when undefined)
+//   add_layer_norm: sum = x + residual, then the forward on sum
 //   backward: with gw = grad * weight,
 //             grad_x[r, c] = rstd (gw[r, c] - mean_c(gw) - xhat[r, c] mean_c(gw xhat)),
 //             grad_weight[c] = sum_r grad[r, c] xhat[r, c],   grad_bias[c] = sum_r grad[r, c]
@@ -36,6 +37,20 @@ void ReferenceBackend::layer_norm(const Tensor& x, const Tensor& weight, const T
     set_at(mean, {r}, mu);
     set_at(rstd, {r}, inv);
   }
+}
+
+// sum = x + residual, rounded to the dtype as a separate add would round it; then layer_norm of
+// that sum.
+void ReferenceBackend::add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                      const Tensor& bias, double eps, const Tensor& out,
+                                      const Tensor& sum, const Tensor& mean, const Tensor& rstd) {
+  check_add_layer_norm_args(x, residual, weight, bias, eps, out, sum, mean, rstd, *this);
+  for (std::int64_t r = 0; r < x.size(0); ++r) {
+    for (std::int64_t c = 0; c < x.size(1); ++c) {
+      set_at(sum, {r, c}, at(x, {r, c}) + at(residual, {r, c}));
+    }
+  }
+  layer_norm(sum, weight, bias, eps, out, mean, rstd);
 }
 
 void ReferenceBackend::layer_norm_backward(const Tensor& grad, const Tensor& x,

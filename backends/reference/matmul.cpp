@@ -1,7 +1,7 @@
 // Matrix products.
 //   matmul: out[b, i, j] = sum_k a[b, i, k] * b[b, k, j]
 //           a: [B, M, K], b: [B, K, N] (either may be broadcast in B, a batch of 1, or have any
-//           strides), out: [B, M, N]
+//           strides), out: [B, M, N] (row-major matrices at any strides that do not overlap)
 // The sum runs in double whatever the dtype, so the only rounding is the final write.
 #include "backends/reference/element.h"
 #include "backends/reference/reference_backend.h"

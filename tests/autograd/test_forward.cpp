@@ -215,9 +215,22 @@ TEST_CASE("matmul hands broadcast and transposed operands to the backend without
   CHECK(allocations([&] { return tf::matmul(a.transpose(1, 2), a); }) == 1);
   CHECK(allocations([&] { return tf::matmul(a, b_expanded); }) == 1);
   // [2, 1] batch against [3]: the expanded batch strides of each operand ((12, 0) for a,
-  // (0, 20) for b) are not one stride, so both are packed before the product.
+  // (0, 20) for b) are not one stride, so the product runs once per entry of the first batch dim
+  // instead of packing them.
   Tensor a4 = iota({2, 1, 3, 4}), c3 = iota({3, 4, 5});
-  CHECK(allocations([&] { return tf::matmul(a4, c3); }) == 3);
+  CHECK(allocations([&] { return tf::matmul(a4, c3); }) == 1);
+  // Attention's heads: [B, H, n, d] views of a [B, n, H, d] buffer, and the transposed keys.
+  Tensor heads = iota({2, 5, 3, 4}).transpose(1, 2);  // [2, 3, 5, 4], strides (60, 4, 12, 1)
+  CHECK(allocations([&] { return tf::matmul(heads, heads.transpose(2, 3)); }) == 1);
+  Tensor scores = tf::matmul(heads, heads.transpose(2, 3));  // [2, 3, 5, 5]
+  CHECK(allocations([&] { return tf::matmul(scores, heads); }) == 1);
+  // matmul_like writes the product in the heads' layout, so merging the heads is a view.
+  Tensor merged = tf::matmul_like(scores, heads, heads);
+  CHECK(merged.strides() == heads.strides());
+  CHECK(values(merged) == values(tf::matmul(scores, heads)));
+  CHECK(allocations([&] {
+          return tf::matmul_like(scores, heads, heads).transpose(1, 2).reshape({2, 5, 12});
+        }) == 1);
 }
 
 TEST_CASE("softmax, log_softmax, layer_norm values") {

@@ -78,6 +78,34 @@ TEST_CASE("gradcheck: matmul with operands of mixed layouts") {
                    "x @ x^T");
 }
 
+TEST_CASE("gradcheck: matmul on attention's heads: batch dims that no single stride walks") {
+  tf::manual_seed(12);
+  // q, k, v: [B, n, H * d] leaves viewed as heads [B, H, n, d] (batch strides n*H*d and d), so
+  // the products loop over B and write, with matmul_like, into a [B, n, H, d] buffer; the
+  // gradients come back laid out like the heads.
+  const std::int64_t b = 2, n = 3, h = 2, d = 2;
+  auto heads = [=](const Tensor& x) { return x.view({b, n, h, d}).transpose(1, 2); };
+  Tensor q = make_leaf({b, n, h * d}, Domain::any), k = make_leaf({b, n, h * d}, Domain::any),
+         v = make_leaf({b, n, h * d}, Domain::any);
+  expect_gradcheck(
+      [&](auto& in) {
+        Tensor s = tf::matmul(heads(in[0]), heads(in[1]).transpose(-2, -1));  // [B, H, n, n]
+        Tensor o = tf::matmul_like(s, heads(in[2]), heads(in[0]));            // [B, H, n, d]
+        CHECK(o.transpose(1, 2).is_contiguous());
+        return o.transpose(1, 2).reshape({b, n, h * d});
+      },
+      {q, k, v}, "heads: (q k^T) v merged");
+  // A shared matrix against heads (a Linformer projection E: [k, n] @ [B, H, n, d]), and heads
+  // against a batch broadcast over H.
+  Tensor e = make_leaf({2, n}, Domain::any), w = make_leaf({b, 1, d, 3}, Domain::any);
+  expect_gradcheck([&](auto& in) { return tf::matmul(in[0], heads(in[1])); }, {e, k}, "E @ heads");
+  expect_gradcheck(
+      [&](auto& in) {
+        return tf::matmul(heads(in[0]), in[1].expand({b, h, d, 3}));
+      },
+      {q, w}, "heads @ broadcast over H");
+}
+
 TEST_CASE("gradcheck: softmax and log_softmax") {
   for (std::int64_t dim : {-1, 0, 1}) {
     const std::string d = std::to_string(dim);

@@ -220,9 +220,14 @@ TEST_CASE("matmul: bad input throws Error") {
   CHECK_THROWS_AS(
       cpu().matmul(raw::as_strided(a, {3, 4}, {4, 1}, 0), b, empty_of({2, 3, 5}, DType::float32)),
       Error);
-  // A non-contiguous out.
+  // An out that no GEMM writes: column-major matrices, batches that overlap, a broadcast batch.
+  // (Row-major matrices at a wider row stride or interleaved batches are accepted.)
   Tensor wide = empty_of({2, 3, 10}, DType::float32);
-  CHECK_THROWS_AS(cpu().matmul(a, b, raw::as_strided(wide, {2, 3, 5}, {30, 10, 1}, 0)), Error);
+  CHECK_THROWS_WITH_AS(cpu().matmul(a, b, raw::as_strided(wide, {2, 3, 5}, {15, 1, 3}, 0)),
+                       doctest::Contains("row-major"), Error);
+  CHECK_THROWS_AS(cpu().matmul(a, b, raw::as_strided(wide, {2, 3, 5}, {5, 5, 1}, 0)), Error);
+  CHECK_THROWS_AS(cpu().matmul(a, b, raw::as_strided(wide, {2, 3, 5}, {0, 5, 1}, 0)), Error);
+  CHECK_NOTHROW(cpu().matmul(a, b, raw::as_strided(wide, {2, 3, 5}, {30, 10, 1}, 0)));
   CHECK_THROWS_AS(cpu().matmul(a, b, Tensor()), Error);
 }
 
@@ -250,6 +255,25 @@ TEST_CASE("gemm_operand: what is passed as is and what is copied") {
   auto vec = gemm_operand({1, 1, 4}, {4, 7, 9});
   CHECK(!vec.copy);
   CHECK(vec.ld >= 1);
+}
+
+TEST_CASE("gemm_output: where a product may write") {
+  const Tensor buffer = empty_of({4, 7, 3, 5}, DType::float32);  // [B, n, H, d]
+  // Contiguous: ld N, batch stride M N.
+  auto plain = gemm_output(empty_of({3, 7, 5}, DType::float32));
+  CHECK(plain.ld == 5);
+  CHECK(plain.batch_stride == 35);
+  // One b of the [B, H, n, d] view: batches interleaved in the rows (ld H d, batch stride d).
+  auto heads = gemm_output(raw::as_strided(buffer, {3, 7, 5}, {5, 15, 1}, 105));
+  CHECK(heads.ld == 15);
+  CHECK(heads.batch_stride == 5);
+  // A single matrix with padded rows.
+  auto one = gemm_output(raw::as_strided(buffer, {1, 7, 5}, {0, 15, 1}, 0));
+  CHECK(one.ld == 15);
+  // Column-major, overlapping batches and a broadcast batch are refused.
+  CHECK_THROWS_AS(gemm_output(raw::as_strided(buffer, {3, 5, 7}, {5, 1, 15}, 0)), Error);
+  CHECK_THROWS_AS(gemm_output(raw::as_strided(buffer, {3, 7, 5}, {1, 15, 1}, 0)), Error);
+  CHECK_THROWS_AS(gemm_output(raw::as_strided(buffer, {3, 7, 5}, {0, 15, 1}, 0)), Error);
 }
 
 TEST_CASE("dnnl primitive cache: a repeated shape is a hit, the size stays bounded") {

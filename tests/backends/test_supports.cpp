@@ -56,6 +56,9 @@ void run_op(Backend& b, Op op, DType dtype, Device device) {
       return b.softmax_backward(t({2, 3}), t({2, 3}), false, t({2, 3}));
     case Op::layer_norm:
       return b.layer_norm(t({2, 3}), Tensor(), Tensor(), 1e-5, t({2, 3}), t({2}), t({2}));
+    case Op::add_layer_norm:
+      return b.add_layer_norm(t({2, 3}), t({2, 3}), Tensor(), Tensor(), 1e-5, t({2, 3}), t({2, 3}),
+                              t({2}), t({2}));
     case Op::layer_norm_backward:
       return b.layer_norm_backward(t({2, 3}), t({2, 3}), Tensor(), t({2}), t({2}), t({2, 3}),
                                    Tensor(), Tensor());

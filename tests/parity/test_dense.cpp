@@ -193,6 +193,96 @@ TEST_CASE("parity: matmul: a batch of one against many, both broadcast, a large 
                {1e-5, 1e-6 * k}, "[2, 1031, 67] @ [2, 67, 257]");
 }
 
+namespace {
+
+// How a [B, M, N] out lies in memory: its own rows padded, or interleaved with the other
+// batches (a [B, H, n, d] view of a [B, n, H, d] buffer: batch stride N, row stride B * N).
+enum class Out { contiguous, padded_rows, interleaved };
+
+const char* out_name(Out o) {
+  switch (o) {
+    case Out::contiguous:
+      return "contiguous out";
+    case Out::padded_rows:
+      return "out with rows of N + 3";
+    case Out::interleaved:
+      return "out interleaved with its batches";
+  }
+  return "?";
+}
+
+// A NaN-filled strided out on the target device, in the buffer it is a view of.
+struct StridedOut {
+  Tensor buffer, view;
+};
+StridedOut strided_out(Out o, std::int64_t b, std::int64_t m, std::int64_t n, DType dtype) {
+  const Shape buffer_shape = o == Out::contiguous    ? Shape{b, m, n}
+                             : o == Out::padded_rows ? Shape{b, m, n + 3}
+                                                     : Shape{m, b, n};
+  const Tensor buffer = make_output(buffer_shape, dtype).dev;
+  const Shape strides = o == Out::contiguous    ? Shape{m * n, n, 1}
+                        : o == Out::padded_rows ? Shape{m * (n + 3), n + 3, 1}
+                                                : Shape{n, b * n, 1};
+  return {buffer, raw::as_strided(buffer, {b, m, n}, strides, buffer.offset())};
+}
+
+}  // namespace
+
+TEST_CASE("parity: matmul: strided outs, with operands of each layout, every dtype") {
+  if (!available()) return;
+  std::uint64_t seed = 5000;
+  for (DType dtype : floating_dtypes()) {
+    const Tolerance tol = dtype == DType::float32   ? kMatmulF32
+                          : dtype == DType::float64 ? Tolerance{1e-12, 1e-12}
+                                                    : Tolerance{1e-2, 1e-2};
+    for (const MatmulShape& s : kMatmulShapes) {
+      for (Out o : {Out::padded_rows, Out::interleaved}) {
+        for (Operand op : kOperands) {
+          const Pair a = operand(op, s.batch, s.m, s.k, dtype, seed++);
+          const Pair b = operand(op == Operand::broadcast ? Operand::transposed : op, s.batch, s.k,
+                                 s.n, dtype, seed++);
+          const std::string what = matmul_what(op, op, s, dtype) + ", " + out_name(o);
+          const StridedOut out = strided_out(o, s.batch, s.m, s.n, dtype);
+          const Shape out_shape = out.view.shape();
+          const Tensor expected = ref_output(out_shape, dtype);
+          dev().matmul(a.dev, b.dev, out.view);
+          ref().matmul(ref_input(a.ref), ref_input(b.ref), expected);
+          compare(out.view, expected, what, tol);
+          if (o == Out::padded_rows) {
+            // The padding between rows is left alone (still NaN).
+            const Tensor pad = raw::contiguous(host_float32(out.buffer.narrow(2, s.n, 3)));
+            for (std::int64_t i = 0; i < pad.numel(); ++i) {
+              CHECK_MESSAGE(std::isnan(pad.data<float>()[i]), what, ": padding written");
+            }
+          }
+        }
+      }
+    }
+  }
+  // Both operands broadcast: one product, copied into the other batches of a strided out.
+  for (Out o : {Out::padded_rows, Out::interleaved}) {
+    const Pair a = make_pair({4, 5, 3}, DType::float32, Layout::broadcast, 1);
+    const Pair b = make_pair({4, 3, 6}, DType::float32, Layout::broadcast, 2);
+    const StridedOut out = strided_out(o, 4, 5, 6, DType::float32);
+    const Tensor expected = ref_output({4, 5, 6}, DType::float32);
+    dev().matmul(a.dev, b.dev, out.view);
+    ref().matmul(a.ref, b.ref, expected);
+    compare(out.view, expected, std::string("both broadcast, ") + out_name(o), kMatmulF32);
+  }
+  // A large product (oneDNN's blocked kernels) into an interleaved out, and one that K = 0 zeroes.
+  const StridedOut big = strided_out(Out::interleaved, 3, 131, 67, DType::float32);
+  const Pair a = make_pair({3, 131, 65}, DType::float32, Layout::contiguous, 3);
+  const Pair b = make_pair({3, 65, 67}, DType::float32, Layout::transposed, 4);
+  const Tensor expected = ref_output({3, 131, 67}, DType::float32);
+  dev().matmul(a.dev, b.dev, big.view);
+  ref().matmul(a.ref, b.ref, expected);
+  compare(big.view, expected, "[3, 131, 65] @ [3, 65, 67] into an interleaved out", {1e-5, 1e-5});
+  const StridedOut zeroed = strided_out(Out::padded_rows, 2, 3, 4, DType::float32);
+  dev().matmul(make_pair({2, 3, 0}, DType::float32, Layout::contiguous, 5).dev,
+               make_pair({2, 0, 4}, DType::float32, Layout::contiguous, 6).dev, zeroed.view);
+  compare(zeroed.view, zeros({2, 3, 4}), "K = 0 into a padded out", kMatmulF32);
+}
+
 TEST_CASE("parity: matmul: empty dims and an empty sum") {
   if (!available()) return;
   for (const Shape& a_shape : {Shape{2, 0, 5}, Shape{0, 3, 5}}) {

@@ -23,6 +23,7 @@ TF_PARITY_COVERS(softmax);
 TF_PARITY_COVERS(softmax_backward);
 TF_PARITY_COVERS(layer_norm);
 TF_PARITY_COVERS(layer_norm_backward);
+TF_PARITY_COVERS(add_layer_norm);
 
 // Around the warp sizes, the largest warp-held row (1024) and past it (block per row).
 constexpr std::int64_t kCols[] = {1, 7, 31, 32, 33, 1000, 1024, 1025, 5000};
@@ -315,6 +316,91 @@ TEST_CASE("parity: layer_norm: bad input throws Error") {
   // A transposed x.
   CHECK_THROWS_AS(dev().layer_norm_backward(y, raw::as_strided(x.dev, {4, 6}, {1, 4}, 0), Tensor(),
                                             mean, rstd, y, Tensor(), Tensor()),
+                  Error);
+}
+
+// ============================== add + layer norm ==============================
+
+// add_layer_norm on both devices: the sum against the reference's, the statistics and out
+// against the reference's layer_norm of the target's own sum (so a bfloat16 sum rounded one ulp
+// differently does not count twice), and out also against the reference's add_layer_norm where
+// the dtype rounds no sum (float32, float64).
+void check_add_layer_norm(std::int64_t rows, std::int64_t cols, DType dtype, DType stats, Affine a,
+                          std::uint64_t seed) {
+  const std::string what = describe_affine(describe("add_layer_norm", dtype, rows, cols), a) +
+                           (stats != dtype ? " (float32 statistics)" : "");
+  const double eps = 1e-5;
+  const Pair x = uniform({rows, cols}, dtype, seed, -3.0, 5.0);
+  const Pair r = uniform({rows, cols}, dtype, seed + 1, -2.0, 1.0);
+  const Pair w = a.weight ? uniform({cols}, dtype, seed + 2, 0.5, 1.5) : Pair{};
+  const Pair b = a.bias ? uniform({cols}, dtype, seed + 3) : Pair{};
+  const Pair y = make_rounded_output({rows, cols}, dtype),
+             h = make_rounded_output({rows, cols}, dtype);
+  const Pair mean = make_rounded_output({rows}, stats), rstd = make_rounded_output({rows}, stats);
+  dev().add_layer_norm(x.dev, r.dev, w.dev, b.dev, eps, y.dev, h.dev, mean.dev, rstd.dev);
+  ref().add_layer_norm(x.ref, r.ref, w.ref, b.ref, eps, y.ref, h.ref, mean.ref, rstd.ref);
+  expect_close(h, what + " sum");
+  if (dtype != DType::bfloat16) {
+    expect_close(y, what + " out");
+    expect_close(mean, what + " mean");
+    expect_close(rstd, what + " rstd");
+  }
+  // The reference's layer norm of the sum the target wrote.
+  const Pair own = on_both(raw::to_device(h.dev, Device::cpu()), dtype);
+  const Pair y2 = make_rounded_output({rows, cols}, dtype);
+  const Pair mean2 = make_rounded_output({rows}, stats), rstd2 = make_rounded_output({rows}, stats);
+  ref().layer_norm(own.ref, w.ref, b.ref, eps, y2.ref, mean2.ref, rstd2.ref);
+  expect_close(Pair{y2.ref, y.dev}, what + " out (of its own sum)");
+  if (stats == DType::float32 && dtype == DType::bfloat16) {
+    check_close(mean.dev, mean2.ref, what + " mean", 1e-4, 1e-5);
+    check_close(rstd.dev, rstd2.ref, what + " rstd", 1e-4, 1e-5);
+  } else {
+    expect_close(Pair{mean2.ref, mean.dev}, what + " mean (of its own sum)");
+    expect_close(Pair{rstd2.ref, rstd.dev}, what + " rstd (of its own sum)");
+  }
+}
+
+TEST_CASE("parity: add_layer_norm over odd row lengths, with and without weight and bias") {
+  if (!available()) return;
+  std::uint64_t seed = 7000;
+  for (const DType dtype : floating_dtypes()) {
+    for (const std::int64_t cols : kCols) {
+      const std::int64_t rows = cols > 1024 ? 9 : 133;
+      for (const Affine a : kAffines) {
+        check_add_layer_norm(rows, cols, dtype, dtype, a, seed += 4);
+      }
+    }
+  }
+  if (supports(DType::bfloat16)) {
+    for (const std::int64_t cols : {7, 1000, 5000}) {
+      check_add_layer_norm(cols > 1024 ? 9 : 70, cols, DType::bfloat16, DType::float32,
+                           {true, true}, 7900 + static_cast<std::uint64_t>(cols));
+    }
+  }
+}
+
+TEST_CASE("parity: add_layer_norm: bad input throws Error") {
+  if (!available()) return;
+  const Pair x = uniform({4, 6}, DType::float32, 1);
+  const Tensor y = make_rounded_output({4, 6}, DType::float32).dev;
+  const Tensor h = make_rounded_output({4, 6}, DType::float32).dev;
+  const Tensor mean = make_rounded_output({4}, DType::float32).dev,
+               rstd = make_rounded_output({4}, DType::float32).dev;
+  const Tensor r = uniform({4, 6}, DType::float32, 2).dev;
+  CHECK_NOTHROW(dev().add_layer_norm(x.dev, r, Tensor(), Tensor(), 1e-5, y, h, mean, rstd));
+  // A residual or sum of another shape or dtype, or missing; a transposed residual.
+  CHECK_THROWS_AS(dev().add_layer_norm(x.dev, uniform({4, 5}, DType::float32, 3).dev, Tensor(),
+                                       Tensor(), 1e-5, y, h, mean, rstd),
+                  Error);
+  CHECK_THROWS_AS(dev().add_layer_norm(x.dev, raw::to_dtype(r, DType::float64), Tensor(), Tensor(),
+                                       1e-5, y, h, mean, rstd),
+                  Error);
+  CHECK_THROWS_AS(dev().add_layer_norm(x.dev, r, Tensor(), Tensor(), 1e-5, y, Tensor(), mean, rstd),
+                  Error);
+  CHECK_THROWS_AS(dev().add_layer_norm(x.dev, raw::as_strided(r, {4, 6}, {1, 4}, 0), Tensor(),
+                                       Tensor(), 1e-5, y, h, mean, rstd),
+                  Error);
+  CHECK_THROWS_AS(dev().add_layer_norm(x.dev, r, Tensor(), Tensor(), -1.0, y, h, mean, rstd),
                   Error);
 }
 
