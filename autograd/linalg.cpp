@@ -189,11 +189,16 @@ DimOrder gradient_order(const Tensor& operand, const Shape& full) {
 //   d(a @ b) = (g @ b^T, a^T @ g), with transposes as views; the engine sums each over the
 //   batch dims its operand was broadcast along. Each gradient is laid out like its operand where
 //   that is a permuted view (gradient_layout), so it flows back through the view without a copy.
-Tensor matmul_impl(const Tensor& a, const Tensor& b, const DimOrder& out_order) {
-  // Mixed precision (autograd/autocast.h): float32 operands run as one bfloat16 product.
+// `result_dtype` is the operands' dtype, or float32 for bfloat16 operands (mixed precision: the
+// kernel's float32 accumulator is the result, and the backward rounds the incoming gradient to
+// bfloat16 for its two products, which return float32 gradients too).
+Tensor matmul_impl(const Tensor& a, const Tensor& b, const DimOrder& out_order,
+                   std::optional<DType> result_dtype = std::nullopt) {
+  // Mixed precision (autograd/autocast.h): float32 operands run as one bfloat16 product with a
+  // float32 result.
   if (const auto low = autocast_operands({a, b})) {
     const AutocastSuspend suspend;
-    return to(matmul_impl((*low)[0], (*low)[1], out_order), DType::float32);
+    return matmul_impl((*low)[0], (*low)[1], out_order, DType::float32);
   }
   TF_CHECK(a.defined() && b.defined(), "matmul: expected defined tensors, got an undefined Tensor");
   TF_CHECK(a.dim() > 0 && b.dim() > 0, "matmul: expected tensors with at least one dim, got ",
@@ -218,7 +223,11 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const DimOrder& out_order) 
   b_full.insert(b_full.end(), {k, n});
   out_full.insert(out_full.end(), {m, n});
   shape_numel(out_full, "matmul");  // [2^40, 1] @ [1, 2^40]: more elements than an int64 counts
-  const TensorOptions options{.dtype = a.dtype(), .device = a.device()};
+  const DType operand_dtype = a.dtype(), out_dtype = result_dtype.value_or(operand_dtype);
+  TF_CHECK(out_dtype == operand_dtype ||
+               (operand_dtype == DType::bfloat16 && out_dtype == DType::float32),
+           "matmul: a ", operand_dtype, " product cannot write a ", out_dtype, " result");
+  const TensorOptions options{.dtype = out_dtype, .device = a.device()};
   const bool matrices = !a_vector && !b_vector;
   const bool ordered = matrices && out_order && out_order->size() == out_full.size();
   Tensor out_full_t =
@@ -249,25 +258,30 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const DimOrder& out_order) 
   const DimOrder b_order =
       b_column_major ? gradient_order(swapped(b2), b_full_t) : gradient_order(b2, b_full);
   return record("matmul", out, {a, b}, [=](const Tensor& g) {
-    Tensor g2 = reshape(g, out_full);  // [batch..., M, N]
+    Tensor g2 = reshape(g, out_full);                             // [batch..., M, N]
+    if (g2.dtype() != operand_dtype) g2 = to(g2, operand_dtype);  // a mixed product's gradient
     Tensor ga, gb;
     if (sb.defined()) {
       ga = a_column_major
-               ? transpose(matmul_impl(sb, transpose(g2, -1, -2), a_order), -1, -2)  // (b g^T)^T
-               : matmul_impl(g2, transpose(sb, -1, -2), a_order);  // [batch..., M, K]
-      if (a_vector) ga = squeeze(ga, -2);                          // a 1-D a has shape [K]
+               ? transpose(matmul_impl(sb, transpose(g2, -1, -2), a_order, out_dtype), -1,
+                           -2)                                                // (b g^T)^T
+               : matmul_impl(g2, transpose(sb, -1, -2), a_order, out_dtype);  // [batch..., M, K]
+      if (a_vector) ga = squeeze(ga, -2);  // a 1-D a has shape [K]
     }
     if (sa.defined()) {
       if (b_shared && !batch.empty()) {
         // b: [K, N] was used by every batch entry: one product over the folded batch,
         // [K, batch*M] x [batch*M, N], instead of a batch of products summed afterwards.
         const Tensor a_rows = reshape(sa, {-1, k}), g_rows = reshape(g2, {-1, n});
-        gb = b_column_major ? transpose(matmul(transpose(g_rows, 0, 1), a_rows), 0, 1)
-                            : matmul(transpose(a_rows, 0, 1), g_rows);
+        gb = b_column_major
+                 ? transpose(matmul_impl(transpose(g_rows, 0, 1), a_rows, std::nullopt, out_dtype),
+                             0, 1)
+                 : matmul_impl(transpose(a_rows, 0, 1), g_rows, std::nullopt, out_dtype);
       } else {
         gb = b_column_major
-                 ? transpose(matmul_impl(transpose(g2, -1, -2), sa, b_order), -1, -2)  // (g^T a)^T
-                 : matmul_impl(transpose(sa, -1, -2), g2, b_order);  // [batch..., K, N]
+                 ? transpose(matmul_impl(transpose(g2, -1, -2), sa, b_order, out_dtype), -1,
+                             -2)                                                // (g^T a)^T
+                 : matmul_impl(transpose(sa, -1, -2), g2, b_order, out_dtype);  // [batch..., K, N]
       }
       if (b_vector) gb = squeeze(gb, -1);  // a 1-D b has shape [K]
     }

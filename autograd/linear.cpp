@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
@@ -90,11 +91,13 @@ void check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias, Epi
 
 // act(x W^T + b) for an epilogue whose derivative needs no pre-activation (none, relu), or
 // any epilogue when no gradient is recorded.
-Tensor fused(const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue epilogue) {
+// The result has the bias's dtype: x's, or float32 for bfloat16 x and weight under autocast.
+Tensor fused(const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue epilogue,
+             DType result_dtype) {
   const std::int64_t k = weight.size(1), n = weight.size(0);
   Shape out_shape = x.shape();
   out_shape.back() = n;
-  Tensor out = empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
+  Tensor out = empty(out_shape, {.dtype = result_dtype, .device = x.device()});
   std::int64_t m = 1;  // the rows: x's leading dims folded
   for (std::int64_t d = 0; d + 1 < x.dim(); ++d) m *= x.size(d);
   const Tensor x2 = as_rows(x, m, k), w = dense(weight), b = dense(bias);
@@ -126,11 +129,23 @@ Tensor fused(const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue epilogue) {
   check_inputs(x, weight, bias, epilogue);
+  Tensor x_in = x, w_in = weight;
+  DType result_dtype = x.dtype();
+  // Mixed precision (autograd/autocast.h): bfloat16 x and W (the cached copy of a parameter),
+  // the float32 bias, a float32 result. The node's backward replays under autocast, so its
+  // products round the incoming gradient to bfloat16 and return float32 gradients.
+  if (!bias.defined() || bias.dtype() == DType::float32) {
+    if (const auto low = autocast_operands({x, weight})) {
+      x_in = (*low)[0];
+      w_in = (*low)[1];
+      result_dtype = DType::float32;
+    }
+  }
   const bool reads_z = epilogue == Epilogue::gelu || epilogue == Epilogue::gelu_tanh;
   if (reads_z && autograd::needs_grad({x, weight, bias})) {
-    return unary(epilogue_op(epilogue), fused(x, weight, bias, Epilogue::none));
+    return unary(epilogue_op(epilogue), fused(x_in, w_in, bias, Epilogue::none, result_dtype));
   }
-  return fused(x, weight, bias, epilogue);
+  return fused(x_in, w_in, bias, epilogue, result_dtype);
 }
 
 }  // namespace tinyformer

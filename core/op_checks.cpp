@@ -243,10 +243,14 @@ void check_matmul_args(const Tensor& a, const Tensor& b, const Tensor& out,
                a.size(1) == m && b.size(1) == k && b.size(2) == n,
            "matmul: shapes do not match: ", shape_str(a.shape()), " @ ", shape_str(b.shape()),
            " into ", shape_str(out.shape()));
-  TF_CHECK(
-      a.dtype() == b.dtype() && a.dtype() == out.dtype() && backend.supports(Op::matmul, a.dtype()),
-      "matmul: expected ", backend.dtype_list(Op::matmul), " operands of one dtype, got ",
-      a.dtype(), ", ", b.dtype(), " and ", out.dtype());
+  // One dtype, or bfloat16 operands into a float32 out (mixed precision: the float32
+  // accumulator is written as it is).
+  const bool mixed = a.dtype() == DType::bfloat16 && out.dtype() == DType::float32;
+  TF_CHECK(a.dtype() == b.dtype() && (a.dtype() == out.dtype() || mixed) &&
+               backend.supports(Op::matmul, a.dtype()),
+           "matmul: expected ", backend.dtype_list(Op::matmul),
+           " operands of one dtype (bfloat16 operands may write a float32 out), got ", a.dtype(),
+           ", ", b.dtype(), " and ", out.dtype());
   check_backend_device(out, "matmul", "out", backend);
   check_device(a, "matmul", "a", out.device());
   check_device(b, "matmul", "b", out.device());
@@ -256,8 +260,8 @@ void check_matmul_args(const Tensor& a, const Tensor& b, const Tensor& out,
 }
 
 // x: [M, K] with unit column stride and row stride >= K, weight: [N, K] contiguous, bias: [N]
-// contiguous or undefined, out: [M, N] contiguous; one dtype the backend multiplies; out shares
-// no memory with the inputs.
+// contiguous or undefined, out: [M, N] contiguous; one dtype the backend multiplies (or bfloat16
+// x and weight with a float32 bias and out); out shares no memory with the inputs.
 LinearShape check_linear_args(const Tensor& x, const Tensor& weight, const Tensor& bias,
                               Epilogue epilogue, const Tensor& out, const Backend& backend) {
   const char* op = "linear";
@@ -272,10 +276,13 @@ LinearShape check_linear_args(const Tensor& x, const Tensor& weight, const Tenso
            shape_str(weight.shape()), " into ", shape_str(out.shape()));
   check_supported(Op::linear, x.dtype(), op, backend);
   check_backend_device(out, op, "out", backend);
-  check_operand(out, op, "out", out.shape(), x.dtype(), out.device());
+  // One dtype, or bfloat16 x and weight with a float32 bias and out (mixed precision).
+  const DType result_dtype =
+      x.dtype() == DType::bfloat16 && out.dtype() == DType::float32 ? DType::float32 : x.dtype();
+  check_operand(out, op, "out", out.shape(), result_dtype, out.device());
   check_operand(weight, op, "weight", weight.shape(), x.dtype(), out.device());
   check_device(x, op, "x", out.device());
-  if (bias.defined()) check_operand(bias, op, "bias", {n}, x.dtype(), out.device());
+  if (bias.defined()) check_operand(bias, op, "bias", {n}, result_dtype, out.device());
   TF_CHECK(is_epilogue(epilogue), op, ": unknown epilogue ", static_cast<int>(epilogue));
   const bool unit_columns = k <= 1 || x.stride(1) == 1;
   const bool rows_apart = m <= 1 || k == 0 || x.stride(0) >= k;

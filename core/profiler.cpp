@@ -117,6 +117,12 @@ Detail detail_of(const A&... args) {
     const Epilogue epilogue = std::get<3>(t);
     d.kind = epilogue == Epilogue::none ? nullptr : epilogue_name(epilogue);
     d.flops = 2.0 * static_cast<double>(out.numel()) * static_cast<double>(x.size(1));
+    // In the product's notation: "1x[M x K][K x N]^T", the weight read transposed.
+    if (g_by_shape.load(std::memory_order_relaxed)) {
+      const Tensor& weight = std::get<1>(t);
+      d.shape = "1x[" + std::to_string(x.size(0)) + "x" + std::to_string(x.size(1)) + "][" +
+                std::to_string(weight.size(1)) + "x" + std::to_string(weight.size(0)) + "]^T";
+    }
   } else if constexpr (op == Op::copy) {
     // By shape: the source's shape and strides, which tell a layout change (a transpose made
     // contiguous) from a plain copy.

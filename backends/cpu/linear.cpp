@@ -10,6 +10,8 @@
 //   bfloat16: the same primitive on bfloat16 operands with float32 accumulation where oneDNN has
 //     a bfloat16 kernel for this CPU (bf16_matmul_native), else the float32 path on the widened
 //     operands, rounded once at the end;
+//   bfloat16 x and W into a float32 bias and out (mixed precision): the same primitive, whose
+//     float32 accumulator is written as it is;
 //   float64 (oneDNN has no float64 matmul): cblas_dgemm, then one loop that adds the bias and
 //     applies the activation with the shared math of core/unary_math.h.
 #include <cblas.h>
@@ -163,6 +165,16 @@ void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bia
   const LinearShape s = check_linear_args(x, weight, bias, epilogue, out, *this);
   if (out.numel() == 0) return;
   const DType dtype = out.dtype();
+  if (x.dtype() == DType::bfloat16 && dtype == DType::float32) {
+    // Mixed precision: bfloat16 x and W, the float32 accumulator plus the float32 bias as out.
+    if (s.k > 0 && bf16_matmul_native()) {
+      linear_dnnl(x, weight, bias, epilogue, out);
+    } else {
+      linear(raw::to_dtype(x, DType::float32), raw::to_dtype(weight, DType::float32), bias,
+             epilogue, out);
+    }
+    return;
+  }
   if (dtype == DType::bfloat16 && (s.k == 0 || !bf16_matmul_native())) {
     // float32 of the exactly widened operands, rounded once at the end.
     const Tensor product = empty(out.shape());

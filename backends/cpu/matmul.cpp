@@ -203,6 +203,13 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     fill(out, 0.0);
     return;
   }
+  // Mixed precision: bfloat16 operands, and the kernel's float32 accumulator written as the
+  // float32 out (no rounding of the result).
+  const bool mixed = a.dtype() == DType::bfloat16 && out.dtype() == DType::float32;
+  if (mixed && !bf16_matmul_native()) {
+    matmul(converted(a, DType::float32), converted(b, DType::float32), out);
+    return;
+  }
   if (out.dtype() == DType::bfloat16 && !bf16_matmul_native()) {
     // float32 products of the exactly converted operands, rounded once at the end.
     const Tensor product = empty(out.shape());
@@ -210,7 +217,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     copy(product, out);
     return;
   }
-  if (out.dtype() == DType::float32 && matmul_precision() == MatmulPrecision::bf16 &&
+  if (!mixed && out.dtype() == DType::float32 && matmul_precision() == MatmulPrecision::bf16 &&
       bf16_matmul_fast() && m * n * k > kSmallGemm) {
     matmul_bf16_operands(a, b, out);
     return;
@@ -221,9 +228,9 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   const std::int64_t runs = pa.layout.broadcast && pb.layout.broadcast ? 1 : batch;
   if (out.dtype() == DType::float64) {
     matmul_blas(pa, pb, out.data<double>(), c, runs, m, k, n);
-  } else if (out.dtype() == DType::float32 && runs == 1 && m * n * k <= kSmallGemm) {
+  } else if (!mixed && out.dtype() == DType::float32 && runs == 1 && m * n * k <= kSmallGemm) {
     matmul_blas(pa, pb, out.data<float>(), c, 1, m, k, n);
-  } else if (out.dtype() == DType::float32 && pa.layout.transposed && m > 1 &&
+  } else if (!mixed && out.dtype() == DType::float32 && pa.layout.transposed && m > 1 &&
              blas_as_wide_as_dnnl()) {
     // A column-major first operand (the gradients dW = g^T x and dV = P^T dO): oneDNN 2.6 runs
     // these at half its speed, OpenBLAS at full speed (see the dispatch policy above).
@@ -231,7 +238,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   } else {
     const Tensor first =
         runs == batch ? out : raw::as_strided(out, {1, m, n}, {m * c.ld, c.ld, 1}, out.offset());
-    matmul_dnnl(pa, pb, first, runs, m, k, n);
+    matmul_dnnl(pa, pb, first, runs, m, k, n, a.dtype());
   }
   if (runs == 1 && batch > 1) {
     // out[1:] = out[0], read as a stride-0 batch.

@@ -188,9 +188,10 @@ std::optional<cublasLtMatmulAlgo_t> cached_algorithm(
 // bfloat16.
 bool linear_lt(const Tensor& x, const Tensor& weight, const Tensor& bias, cublasLtEpilogue_t epi,
                const LinearShape& s, const Tensor& out) {
+  // x and W of out's dtype, or bfloat16 into a float32 out and bias (mixed precision).
   const DType dtype = out.dtype();
-  const cudaDataType_t type = cuda_type(dtype);
-  const cublasComputeType_t compute = compute_type(dtype);
+  const cudaDataType_t in_type = cuda_type(x.dtype()), type = cuda_type(dtype);
+  const cublasComputeType_t compute = compute_type(x.dtype());
   MatmulDesc desc;
   TF_CUBLAS_CHECK("linear", cublasLtMatmulDescCreate(desc.out(), compute, CUDA_R_32F));
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
@@ -199,8 +200,8 @@ bool linear_lt(const Tensor& x, const Tensor& weight, const Tensor& bias, cublas
   const void* bias_ptr = bias.defined() ? bias.data_ptr() : nullptr;
   if (bias_ptr != nullptr) set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr);
   LtLayout a, b, d;  // W^T [K, N] (ld K), x^T [K, M] (ld ld), D [N, M] (ld N), column-major
-  TF_CUBLAS_CHECK("linear", cublasLtMatrixLayoutCreate(a.out(), type, s.k, s.n, s.k));
-  TF_CUBLAS_CHECK("linear", cublasLtMatrixLayoutCreate(b.out(), type, s.k, s.m, s.ld));
+  TF_CUBLAS_CHECK("linear", cublasLtMatrixLayoutCreate(a.out(), in_type, s.k, s.n, s.k));
+  TF_CUBLAS_CHECK("linear", cublasLtMatrixLayoutCreate(b.out(), in_type, s.k, s.m, s.ld));
   TF_CUBLAS_CHECK("linear", cublasLtMatrixLayoutCreate(d.out(), type, s.n, s.m, s.n));
 
   const std::uint32_t align_w = alignment_of(weight.data_ptr()),
@@ -209,12 +210,19 @@ bool linear_lt(const Tensor& x, const Tensor& weight, const Tensor& bias, cublas
                       align_bias = bias_ptr != nullptr ? alignment_of(bias_ptr) : 0;
   int device = 0;
   TF_CUDA_CHECK("linear", cudaGetDevice(&device));
-  const std::vector<std::int64_t> key = {device,    static_cast<std::int64_t>(dtype),
-                                         compute,   static_cast<std::int64_t>(epi),
-                                         s.m,       s.k,
-                                         s.n,       s.ld,
-                                         align_w,   align_x,
-                                         align_out, align_bias};
+  const std::vector<std::int64_t> key = {device,
+                                         static_cast<std::int64_t>(dtype),
+                                         static_cast<std::int64_t>(x.dtype()),
+                                         compute,
+                                         static_cast<std::int64_t>(epi),
+                                         s.m,
+                                         s.k,
+                                         s.n,
+                                         s.ld,
+                                         align_w,
+                                         align_x,
+                                         align_out,
+                                         align_bias};
   const std::optional<cublasLtMatmulAlgo_t> algo =
       cached_algorithm(key, [&]() -> std::optional<cublasLtMatmulAlgo_t> {
         Preference pref;
@@ -248,7 +256,7 @@ bool linear_lt(const Tensor& x, const Tensor& weight, const Tensor& bias, cublas
 // out = x W^T with cublasGemmEx (no epilogue).
 void linear_gemm(const Tensor& x, const Tensor& weight, const LinearShape& s, const Tensor& out) {
   const DType dtype = out.dtype();
-  const cudaDataType_t type = cuda_type(dtype);
+  const cudaDataType_t in_type = cuda_type(x.dtype()), type = cuda_type(dtype);
   const bool f64 = dtype == DType::float64;
   const float one_f = 1.0f, zero_f = 0.0f;
   const double one_d = 1.0, zero_d = 0.0;
@@ -256,10 +264,10 @@ void linear_gemm(const Tensor& x, const Tensor& weight, const LinearShape& s, co
       "linear",
       cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, blas_int(s.n, "N"), blas_int(s.m, "M"),
                    blas_int(s.k, "K"), f64 ? static_cast<const void*>(&one_d) : &one_f,
-                   weight.data_ptr(), type, blas_int(s.k, "K"), x.data_ptr(), type,
+                   weight.data_ptr(), in_type, blas_int(s.k, "K"), x.data_ptr(), in_type,
                    blas_int(s.ld, "leading dimension"),
                    f64 ? static_cast<const void*>(&zero_d) : &zero_f, out.data_ptr(), type,
-                   blas_int(s.n, "N"), compute_type(dtype), CUBLAS_GEMM_DEFAULT));
+                   blas_int(s.n, "N"), compute_type(x.dtype()), CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace

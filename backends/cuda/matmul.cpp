@@ -78,7 +78,8 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   const float one_f = 1.0f, zero_f = 0.0f;
   const double one_d = 1.0, zero_d = 0.0;
   const bool f64 = dtype == DType::float64;
-  const cudaDataType_t type = cuda_type(dtype);
+  // Operands of out's dtype, or bfloat16 operands into a float32 out (mixed precision).
+  const cudaDataType_t in_type = cuda_type(a.dtype()), type = cuda_type(dtype);
   // C^T [N, M] (ldc = out's row stride) = op(B) [N, K] * op(A) [K, M]: a row-major operand is its
   // own transpose in column-major terms (no flag); a column-major one needs the T flag.
   TF_CUBLAS_CHECK(
@@ -86,12 +87,12 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
       cublasGemmStridedBatchedEx(
           cublas(), pb.layout.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
           pa.layout.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, blas_int(n, "N"), blas_int(m, "M"),
-          blas_int(k, "K"), f64 ? static_cast<const void*>(&one_d) : &one_f, pb.data, type,
-          blas_int(pb.layout.ld, "leading dimension"), pb.layout.batch_stride, pa.data, type,
+          blas_int(k, "K"), f64 ? static_cast<const void*>(&one_d) : &one_f, pb.data, in_type,
+          blas_int(pb.layout.ld, "leading dimension"), pb.layout.batch_stride, pa.data, in_type,
           blas_int(pa.layout.ld, "leading dimension"), pa.layout.batch_stride,
           f64 ? static_cast<const void*>(&zero_d) : &zero_f, out.data_ptr(), type,
           blas_int(c.ld, "leading dimension"), c.batch_stride, blas_int(runs, "batch count"),
-          compute_type(dtype), CUBLAS_GEMM_DEFAULT));
+          compute_type(a.dtype()), CUBLAS_GEMM_DEFAULT));
   if (runs == 1 && batch > 1) {
     // out[1:] = out[0], read as a stride-0 batch.
     const Tensor rest =

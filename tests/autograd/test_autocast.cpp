@@ -51,6 +51,23 @@ Tensor randn32(const Shape& shape) {
   return randn(shape);
 }
 
+// a @ b for bfloat16 a: [..., M, K] and b: [K, N] or [..., K, N] (a's batch dims), with the
+// float32 result the kernel accumulates, unrounded: the backend's mixed product, which autocast's
+// products run. A shared b folds a's batch into M, as matmul does.
+Tensor product32(const Tensor& a, const Tensor& b) {
+  const std::int64_t k = a.size(-1), n = b.size(-1);
+  const bool shared = b.dim() == 2;
+  const std::int64_t m = shared ? a.numel() / k : a.size(-2);
+  const std::int64_t batch = a.numel() / (m * k);
+  const Tensor a3 = a.contiguous().reshape({batch, m, k});
+  const Tensor b3 = b.contiguous().reshape({shared ? 1 : batch, k, n});
+  Tensor out = empty({batch, m, n});
+  backend(a.device()).matmul(a3, b3, out);
+  Shape out_shape = a.shape();
+  out_shape.back() = n;
+  return out.reshape(out_shape);
+}
+
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
   const std::vector<float> x = as_floats(a), y = as_floats(b);
@@ -109,11 +126,12 @@ TEST_CASE("autocast: the guard nests, float32 turns it off, and the state is res
   CHECK_THROWS_AS(AutocastGuard(DType::float64), Error);
 }
 
-TEST_CASE("autocast: matmul equals the explicit bfloat16 product, widened") {
+TEST_CASE("autocast: matmul equals the explicit bfloat16 product with a float32 result") {
   manual_seed(3);
   const Tensor a = randn32({3, 5, 40}), b = randn32({40, 24});
-  const Tensor explicit_product =
-      matmul(a.to(DType::bfloat16), b.to(DType::bfloat16)).to(DType::float32);
+  const Tensor explicit_product = product32(a.to(DType::bfloat16), b.to(DType::bfloat16));
+  // Not rounded to bfloat16: the float32 accumulator is the result.
+  CHECK(!bitwise_equal(explicit_product, explicit_product.to(DType::bfloat16).to(DType::float32)));
   Tensor got;
   {
     const AutocastGuard autocast(DType::bfloat16);
@@ -196,11 +214,10 @@ TEST_CASE("autocast: fused attention's products, forward and backward, in bfloat
   }
   // The forward equals the composition with its two products rounded explicitly.
   const double scale = 1.0 / std::sqrt(8.0);
-  const Tensor s = matmul(mul(q, scalar_tensor(scale)).to(DType::bfloat16),
-                          k.transpose(-2, -1).to(DType::bfloat16))
-                       .to(DType::float32);
+  const Tensor s = product32(mul(q, scalar_tensor(scale)).to(DType::bfloat16),
+                             k.transpose(-2, -1).to(DType::bfloat16));
   const Tensor p = softmax(s, -1);
-  const Tensor want = matmul(p.to(DType::bfloat16), v.to(DType::bfloat16)).to(DType::float32);
+  const Tensor want = product32(p.to(DType::bfloat16), v.to(DType::bfloat16));
   CHECK(bitwise_equal(mixed[0], want));
 }
 
@@ -275,8 +292,7 @@ TEST_CASE("autocast cache: one rounding per refresh, the same copy for every pro
   }
   CHECK(cache.conversions() == 1);
   CHECK(bitwise_equal(first, second));
-  CHECK(
-      bitwise_equal(first, matmul(x.to(DType::bfloat16), copy.transpose(0, 1)).to(DType::float32)));
+  CHECK(bitwise_equal(first, product32(x.to(DType::bfloat16), copy.transpose(0, 1))));
 
   // An optimizer step changes the master in place: the copy is stale until refresh().
   {
@@ -298,9 +314,8 @@ TEST_CASE("autocast cache: one rounding per refresh, the same copy for every pro
     fresh = matmul(x, w.transpose(0, 1));
   }
   CHECK(!bitwise_equal(fresh, first));
-  CHECK(bitwise_equal(fresh,
-                      matmul(x.to(DType::bfloat16), w.detach().to(DType::bfloat16).transpose(0, 1))
-                          .to(DType::float32)));
+  CHECK(bitwise_equal(
+      fresh, product32(x.to(DType::bfloat16), w.detach().to(DType::bfloat16).transpose(0, 1))));
 }
 
 TEST_CASE("autocast: the activation a product saves for backward is bfloat16") {
@@ -349,8 +364,8 @@ TEST_CASE("autocast: an activation read by several products is rounded once per 
   // per product, the three copies would hold 3 * x_bytes / 2.
   CHECK(memory_stats().current_bytes - before == 3 * y_bytes - x_bytes + x_bytes / 2);
   for (std::size_t i = 0; i < 3; ++i) {
-    const Tensor want = matmul(x_explicit, weights[i].detach().to(DType::bfloat16).transpose(0, 1))
-                            .to(DType::float32);
+    const Tensor want =
+        product32(x_explicit, weights[i].detach().to(DType::bfloat16).transpose(0, 1));
     CHECK(bitwise_equal(ys[i], want));
   }
   sum(ys[0] + ys[1] + ys[2]).backward();

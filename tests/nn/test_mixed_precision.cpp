@@ -62,8 +62,9 @@ std::vector<double> train_losses(bool mixed, int steps) {
 }
 
 // The element sizes of the operands of every product one training step of `model` ran, read
-// from a by-shape profile: each row "matmul BxMxK..." records the bytes of a, b and out, which
-// hold B*M*K + B*K*N + B*M*N elements.
+// from a by-shape profile: each row "matmul Bx[MxK][KxN]" (or "linear [relu] 1x[MxK][KxN]^T")
+// records the bytes of its operands (B*M*K + B*K*N elements, plus the bias's N for linear)
+// and of its float32 out (B*M*N), which both modes write.
 std::set<double> product_element_sizes(nn::MaskedLM& model, const Tensor& tokens,
                                        const nn::MixedPrecision* mp) {
   const Profiler profiler(true);
@@ -73,15 +74,21 @@ std::set<double> product_element_sizes(nn::MaskedLM& model, const Tensor& tokens
     cross_entropy(logits.reshape({-1, logits.size(-1)}), tokens.reshape({-1})).backward();
   }
   std::set<double> sizes;
-  const std::regex shape(R"(^matmul (\d+)x\[(\d+)x(\d+)\][^\[]*\[(\d+)x(\d+)\])");
+  const std::regex shape(
+      R"(^(matmul|linear)( [a-z_]+)? (\d+)x\[(\d+)x(\d+)\][^\[]*\[(\d+)x(\d+)\])");
   for (const OpProfile& row : profiler.ops()) {
     std::smatch m;
-    if (row.name.rfind("matmul", 0) != 0) continue;
+    const bool product = row.name.rfind("matmul", 0) == 0 || row.name.rfind("linear", 0) == 0;
+    if (!product) continue;
     REQUIRE(std::regex_search(row.name, m, shape));
-    const double b = std::stod(m[1]), rows = std::stod(m[2]), inner = std::stod(m[3]),
-                 cols = std::stod(m[5]);
-    const double elements = b * (rows * inner + inner * cols + rows * cols);
-    sizes.insert(row.bytes / static_cast<double>(row.calls) / elements);
+    const double b = std::stod(m[3]), rows = std::stod(m[4]), inner = std::stod(m[5]),
+                 cols = std::stod(m[7]);
+    const double out_bytes = 4.0 * b * rows * cols;
+    // A linear layer's float32 bias (all of them have one here) counts with the out.
+    const double bias_bytes = m[1] == "linear" ? 4.0 * cols : 0.0;
+    const double operand_elements = b * (rows * inner + inner * cols);
+    sizes.insert((row.bytes / static_cast<double>(row.calls) - out_bytes - bias_bytes) /
+                 operand_elements);
   }
   return sizes;
 }
