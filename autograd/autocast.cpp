@@ -2,6 +2,7 @@
 #include "autograd/autocast.h"
 
 #include <algorithm>
+#include <numeric>
 #include <unordered_map>
 
 #include "autograd/grad_mode.h"
@@ -23,6 +24,7 @@ struct AutocastCasts {
     Shape shape, strides;
     std::weak_ptr<Storage> copy;
     std::int64_t copy_offset = 0;
+    Shape copy_strides;
   };
   std::unordered_map<const Storage*, std::vector<Entry>> entries;
 };
@@ -32,10 +34,37 @@ thread_local std::optional<DType> current_dtype;
 thread_local const AutocastCache* current_cache = nullptr;
 thread_local AutocastCasts* current_casts = nullptr;
 
-// `t` in `dtype`, contiguous: the copy made earlier under this guard while both are alive, else
-// a new one, remembered.
+// `t` in `dtype`. A t whose elements fill a dense block in some dim order (a transposed or
+// permuted view of a contiguous tensor: P^T for dV = P^T dO, g^T for dW = g^T x) is converted
+// in memory order and keeps its strides, so the rounding streams through memory instead of
+// transposing; anything else becomes contiguous.
+Tensor converted_in_place_order(const Tensor& t, DType dtype) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(t.dim()));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int64_t x, std::int64_t y) { return t.stride(x) > t.stride(y); });
+  std::int64_t expected = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (t.size(*it) == 1) continue;
+    if (t.stride(*it) != expected) return raw::contiguous(raw::to_dtype(t, dtype));
+    expected *= t.size(*it);
+  }
+  Shape memory_shape;
+  for (std::int64_t d : order) memory_shape.push_back(t.size(d));
+  const Shape memory_strides = contiguous_strides(memory_shape);
+  const Tensor converted = raw::to_dtype(
+      raw::as_strided(t, memory_shape, memory_strides, t.offset()), dtype);  // dense: a stream
+  Shape strides(t.shape().size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    strides[static_cast<std::size_t>(order[i])] = memory_strides[i];
+  }
+  return raw::as_strided(converted, t.shape(), strides, converted.offset());
+}
+
+// `t` in `dtype` (converted_in_place_order): the copy made earlier under this guard while both
+// are alive, else a new one, remembered.
 Tensor rounded_activation(const Tensor& t, DType dtype) {
-  if (current_casts == nullptr) return raw::to_dtype(t, dtype);
+  if (current_casts == nullptr) return converted_in_place_order(t, dtype);
   auto& by_storage = current_casts->entries;
   if (by_storage.size() > 4096) {  // a guard held over many steps: forget what is gone
     std::erase_if(by_storage, [](const auto& kv) {
@@ -55,21 +84,21 @@ Tensor rounded_activation(const Tensor& t, DType dtype) {
       auto impl = std::make_shared<TensorImpl>();
       impl->storage = std::move(copy);
       impl->shape = t.shape();
-      impl->strides = contiguous_strides(t.shape());
+      impl->strides = it->copy_strides;
       impl->offset = it->copy_offset;
       impl->dtype = dtype;
       return Tensor(std::move(impl));
     }
     ++it;
   }
-  Tensor result = raw::to_dtype(t, dtype);
-  if (!result.is_contiguous()) result = raw::contiguous(result);
+  Tensor result = converted_in_place_order(t, dtype);
   entries.push_back({.source = t.storage(),
                      .offset = t.offset(),
                      .shape = t.shape(),
                      .strides = t.strides(),
                      .copy = result.storage(),
-                     .copy_offset = result.offset()});
+                     .copy_offset = result.offset(),
+                     .copy_strides = result.strides()});
   return result;
 }
 }  // namespace

@@ -182,6 +182,9 @@ struct Case {
   tf::Tensor x, r;             // input and the output's random projection: [B, n, d]
   torch::Tensor x_bnd, r_bnd;  // the same values, for the layer by hand
   torch::Tensor x_nbd, r_nbd;  // [n, B, d]: torch::nn's layers take the sequence first
+  // --bf16: tinyformer in mixed precision (float32 masters, their bfloat16 copies, bfloat16
+  // products with float32 results: docs/mixed_precision.md).
+  std::shared_ptr<tf::nn::MixedPrecision> mixed;
 
   std::string label() const { return k == 0 ? "full" : "Linformer k=" + std::to_string(k); }
 };
@@ -311,8 +314,18 @@ void zero_ours(Case& c) {
   c.ours->zero_grad();
   c.x.zero_grad();
 }
+// Our layer's forward, under the case's mixed precision when it has one.
+tf::Tensor forward_ours(Case& c) {
+  if (!c.mixed) return c.ours->forward(c.x);
+  const tf::AutocastGuard autocast = c.mixed->autocast();
+  return c.ours->forward(c.x);
+}
+// Mixed precision for the case (--bf16), or none.
+void set_mixed(Case& c, bool on) {
+  c.mixed = on ? std::make_shared<tf::nn::MixedPrecision>(*c.ours) : nullptr;
+}
 tf::Tensor train_ours(Case& c) {
-  tf::Tensor y = c.ours->forward(c.x);
+  tf::Tensor y = forward_ours(c);
   tf::sum(tf::mul(y, c.r)).backward();
   return y;
 }
@@ -391,9 +404,7 @@ std::vector<Agreement> check(Case& c, double rtol) {
   const torch::Tensor y_hand = train_hand(c);
   out.push_back(agree("by hand", y, y_hand, c.x, c.x_bnd.grad(), c.hand_ties));
   const bool f64 = c.dtype == tf::DType::float64;
-  const char* precision = f64                                                   ? "float64"
-                          : tf::matmul_precision() == tf::MatmulPrecision::bf16 ? "f32/bf16"
-                                                                                : "float32";
+  const char* precision = f64 ? "float64" : c.mixed ? "mixed" : "float32";
   for (const Agreement& a : out) {
     const double held = f64 ? a.worst() : a.output;
     std::printf(
@@ -442,7 +453,16 @@ struct Row {
 struct PeakProduct {
   std::int64_t size;
   tf::Tensor a, b;
-  explicit PeakProduct(std::int64_t n) : size(n), a(tf::randn({n, n})), b(tf::randn({n, n})) {}
+  // With bfloat16 (--bf16): the operands' bfloat16 copies, made once, into a float32 result, as
+  // mixed precision multiplies.
+  std::shared_ptr<tf::AutocastCache> bf16;
+  PeakProduct(std::int64_t n, bool bfloat16) : size(n), a(tf::randn({n, n})), b(tf::randn({n, n})) {
+    if (!bfloat16) return;
+    bf16 = std::make_shared<tf::AutocastCache>();
+    bf16->add(a);
+    bf16->add(b);
+    bf16->refresh();
+  }
   double flops() const {
     return 2.0 * static_cast<double>(size * size) * static_cast<double>(size);
   }
@@ -450,6 +470,11 @@ struct PeakProduct {
     const std::string s = std::to_string(size);
     return {"[" + s + "x" + s + "] product", nullptr, [this] {
               tf::NoGradGuard no_grad;
+              if (!bf16) {
+                tf::Tensor c = tf::matmul(a, b);
+                return;
+              }
+              const tf::AutocastGuard autocast(tf::DType::bfloat16, bf16.get());
               tf::Tensor c = tf::matmul(a, b);
             }};
   }
@@ -461,7 +486,7 @@ double product_flops(const std::function<void()>& run) {
   run();
   double flops = 0;
   for (const tf::OpProfile& op : profiler.ops()) {
-    if (op.name.rfind("matmul", 0) == 0) flops += op.flops;
+    if (op.name.rfind("matmul", 0) == 0 || op.name.rfind("linear", 0) == 0) flops += op.flops;
   }
   return flops;
 }
@@ -491,7 +516,7 @@ std::pair<std::vector<Row>, bench::Result> measure(Case& c,
   std::vector<Impl> impls = {{"tinyformer", [&] { zero_ours(c); }, [&] { train_ours(c); },
                               [&] {
                                 tf::NoGradGuard no_grad;
-                                tf::Tensor y = c.ours->forward(c.x);
+                                tf::Tensor y = forward_ours(c);
                               }}};
   if (c.library) {
     impls.push_back({"torch::nn", [&] { zero_library(c); }, [&] { train_library(c); },
@@ -829,11 +854,11 @@ void run_ours_only(const Options& o, const nlohmann::json& environment) {
   std::printf("%-6s %-15s | %-20s\n", "n", "layer", "tinyformer ms");
   for (const auto& [n, k] : timed_cases(o)) {
     Case c = make_case(o, n, k, o.batch, tf::DType::float32);
-    if (o.bf16) tf::set_matmul_precision(tf::MatmulPrecision::bf16);
+    set_mixed(c, o.bf16);
     // Forward and forward+backward in one interleaved set, each job watched on its own.
     std::vector<bench::Job> jobs = {{"forward", nothing, [&] {
                                        tf::NoGradGuard no_grad;
-                                       tf::Tensor y = c.ours->forward(c.x);
+                                       tf::Tensor y = forward_ours(c);
                                      }}};
     if (!o.forward_only) {
       jobs.push_back({"forward+backward", [&] { zero_ours(c); }, [&] { train_ours(c); }});
@@ -847,7 +872,6 @@ void run_ours_only(const Options& o, const nlohmann::json& environment) {
       const bench::JobStats& t = timed.job("forward+backward");
       train = {t.median_ms, t.min_ms};
     }
-    tf::set_matmul_precision(tf::MatmulPrecision::exact);
     std::printf("%-6lld %-15s | %-20s\n", static_cast<long long>(n), c.label().c_str(),
                 pair(train.median, forward.median, o.forward_only).c_str());
     std::fflush(stdout);
@@ -940,9 +964,10 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json_path, "where to write the results");
   app.add_flag("--forward-only", o.forward_only, "time the forward pass only");
   app.add_flag("--bf16", o.bf16,
-               "time tinyformer with its float32 products' operands rounded to bfloat16 "
-               "(set_matmul_precision), where the CPU has bfloat16 instructions; libtorch stays "
-               "float32. The outputs are checked against --rtol-bf16");
+               "time tinyformer in mixed precision (nn::MixedPrecision: bfloat16 products with "
+               "float32 results and float32 masters; fast where the CPU has bfloat16 "
+               "instructions); libtorch stays float32. The outputs are checked against "
+               "--rtol-bf16");
   app.add_option("--rtol-bf16", o.rtol_bf16, "output agreement required with --bf16");
   app.add_flag("--profile", o.profile,
                "after the timings, tinyformer's forward+backward of each case once more under "
@@ -1000,10 +1025,10 @@ int main(int argc, char** argv) {
         static_cast<long long>(o.d_model), static_cast<long long>(o.heads),
         static_cast<long long>(o.d_ff), static_cast<long long>(o.batch), o.threads);
     if (o.bf16) {
-      tf::set_matmul_precision(tf::MatmulPrecision::bf16);
-      std::printf("--bf16: tinyformer runs under set_matmul_precision(bf16):\n%s\n",
-                  tf::runtime_info().c_str());
-      tf::set_matmul_precision(tf::MatmulPrecision::exact);
+      std::printf(
+          "--bf16: tinyformer runs in mixed precision (nn::MixedPrecision: float32 masters, "
+          "bfloat16 copies refreshed per step, bfloat16 products with float32 results):\n%s\n",
+          tf::runtime_info().c_str());
     }
     const bench::StopRule rule = stop_rule(o);
     if (!o.check_only) {
@@ -1029,7 +1054,7 @@ int main(int argc, char** argv) {
     nlohmann::json sets = nlohmann::json::array(), ratios = nlohmann::json::array();
     std::vector<std::string> profiles;
     std::optional<PeakProduct> peak;
-    if (!o.check_only) peak.emplace(o.peak_size);
+    if (!o.check_only) peak.emplace(o.peak_size, o.bf16);
     for (std::int64_t n : o.ns) {
       std::vector<std::int64_t> kinds = {0};
       for (std::int64_t k : o.ks) {
@@ -1048,13 +1073,10 @@ int main(int argc, char** argv) {
         Case c = make_case(o, n, k, o.batch, tf::DType::float32);
         std::vector<Agreement> agreements = check(c, o.rtol);
         if (o.bf16) {
-          tf::set_matmul_precision(tf::MatmulPrecision::bf16);
+          set_mixed(c, true);
           agreements = check(c, o.rtol_bf16);
         }
-        if (o.check_only) {
-          tf::set_matmul_precision(tf::MatmulPrecision::exact);
-          continue;
-        }
+        if (o.check_only) continue;
         auto [case_rows, result] = measure(c, agreements, agreements64, o, *peak);
         std::printf("n=%lld, %s:\n%s\n", static_cast<long long>(n), c.label().c_str(),
                     result.report().c_str());
@@ -1073,7 +1095,6 @@ int main(int argc, char** argv) {
           profiles.push_back("tinyformer forward+backward, n=" + std::to_string(n) + ", " +
                              c.label() + ":\n" + profiler.table());
         }
-        tf::set_matmul_precision(tf::MatmulPrecision::exact);
         std::fflush(stdout);
         tf::empty_cache();  // the next case should not start with this one's cached blocks
       }
