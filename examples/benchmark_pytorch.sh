@@ -8,7 +8,7 @@
 #       [--threads 2] [--reps 5] [--warmup 2] [--batch 4] [--out DIR]
 #       [--binary path/to/benchmark_libtorch] [--venv path/to/venv] [--tinyformer-bf16]
 #
-# --tinyformer-bf16: each round also times tinyformer under set_matmul_precision(bf16)
+# --tinyformer-bf16: each round also times tinyformer in mixed precision (bfloat16 products)
 # (benchmark_libtorch --ours-only --bf16), the counterpart of PyTorch's bfloat16 autocast where
 # the CPU has bfloat16 instructions; its outputs are checked by benchmark_libtorch --bf16, not here.
 # --quick: n 256 and 512, k 64 and 128, 2 rounds of 3 reps (a minute or two).
@@ -174,7 +174,7 @@ for name in names:
     print(f"{name:<12} | {pairs[0]:>15} | {pairs[1]:>15} | {pairs[2]:>15} | {pairs[3]:>13} | "
           f"{pairs[4]:>13}")
 if tf_bf16:
-    print("\ntinyformer with bfloat16 products (set_matmul_precision) against PyTorch's bfloat16 "
+    print("\ntinyformer in mixed precision (bfloat16 products) against PyTorch's bfloat16 "
           "autocast; ratio = PyTorch / tinyformer")
     print(f"{'case':<12} | {'tinyformer bf16':>15} | {'PyTorch bf16':>15} | {'ratio':>13}")
     for row in summary:
