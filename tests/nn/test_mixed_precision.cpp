@@ -3,8 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -74,18 +74,25 @@ std::set<double> product_element_sizes(nn::MaskedLM& model, const Tensor& tokens
     cross_entropy(logits.reshape({-1, logits.size(-1)}), tokens.reshape({-1})).backward();
   }
   std::set<double> sizes;
-  const std::regex shape(
-      R"(^(matmul|linear)( [a-z_]+)? (\d+)x\[(\d+)x(\d+)\][^\[]*\[(\d+)x(\d+)\])");
   for (const OpProfile& row : profiler.ops()) {
-    std::smatch m;
     const bool product = row.name.rfind("matmul", 0) == 0 || row.name.rfind("linear", 0) == 0;
     if (!product) continue;
-    REQUIRE(std::regex_search(row.name, m, shape));
-    const double b = std::stod(m[3]), rows = std::stod(m[4]), inner = std::stod(m[5]),
-                 cols = std::stod(m[7]);
+    // "... <B>x[<M>x<K>]...[<K>x<N>]...": the batch starts after the last space before '['.
+    const std::size_t bracket = row.name.find('[');
+    REQUIRE(bracket != std::string::npos);
+    const std::size_t start = row.name.rfind(' ', bracket) + 1;
+    long long batch = 0, m_rows = 0, k_inner = 0, k_again = 0, n_cols = 0;
+    const std::size_t second = row.name.find('[', bracket + 1);
+    REQUIRE(second != std::string::npos);
+    REQUIRE(std::sscanf(row.name.c_str() + start, "%lldx[%lldx%lld]", &batch, &m_rows, &k_inner) ==
+            3);
+    REQUIRE(std::sscanf(row.name.c_str() + second, "[%lldx%lld]", &k_again, &n_cols) == 2);
+    REQUIRE(k_again == k_inner);
+    const auto b = static_cast<double>(batch), rows = static_cast<double>(m_rows),
+               inner = static_cast<double>(k_inner), cols = static_cast<double>(n_cols);
     const double out_bytes = 4.0 * b * rows * cols;
     // A linear layer's float32 bias (all of them have one here) counts with the out.
-    const double bias_bytes = m[1] == "linear" ? 4.0 * cols : 0.0;
+    const double bias_bytes = row.name.rfind("linear", 0) == 0 ? 4.0 * cols : 0.0;
     const double operand_elements = b * (rows * inner + inner * cols);
     sizes.insert((row.bytes / static_cast<double>(row.calls) - out_bytes - bias_bytes) /
                  operand_elements);
