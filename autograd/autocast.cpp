@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "autograd/grad_mode.h"
+#include "autograd/layout.h"
 #include "autograd/node.h"
 #include "autograd/shape_ops.h"
 #include "core/error.h"
@@ -39,24 +40,16 @@ thread_local AutocastCasts* current_casts = nullptr;
 // in memory order and keeps its strides, so the rounding streams through memory instead of
 // transposing; anything else becomes contiguous.
 Tensor converted_in_place_order(const Tensor& t, DType dtype) {
-  std::vector<std::int64_t> order(static_cast<std::size_t>(t.dim()));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::int64_t x, std::int64_t y) { return t.stride(x) > t.stride(y); });
-  std::int64_t expected = 1;
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    if (t.size(*it) == 1) continue;
-    if (t.stride(*it) != expected) return raw::contiguous(raw::to_dtype(t, dtype));
-    expected *= t.size(*it);
-  }
+  const std::optional<std::vector<std::int64_t>> order = memory_order(t);
+  if (!order) return raw::contiguous(raw::to_dtype(t, dtype));
   Shape memory_shape;
-  for (std::int64_t d : order) memory_shape.push_back(t.size(d));
+  for (std::int64_t d : *order) memory_shape.push_back(t.size(d));
   const Shape memory_strides = contiguous_strides(memory_shape);
   const Tensor converted = raw::to_dtype(
       raw::as_strided(t, memory_shape, memory_strides, t.offset()), dtype);  // dense: a stream
   Shape strides(t.shape().size());
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    strides[static_cast<std::size_t>(order[i])] = memory_strides[i];
+  for (std::size_t i = 0; i < order->size(); ++i) {
+    strides[static_cast<std::size_t>((*order)[i])] = memory_strides[i];
   }
   return raw::as_strided(converted, t.shape(), strides, converted.offset());
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "autograd/autocast.h"
+#include "autograd/layout.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
@@ -22,25 +23,6 @@ using autograd::record;
 using autograd::save;
 
 namespace {
-
-// The single stride that walks dims [0, n) of t as one flattened dim, if there is one: every
-// dim (ignoring size-1 dims) must sit right after the next in memory, or all must be stride 0.
-std::optional<std::int64_t> collapsed_stride(const Tensor& t, std::int64_t n) {
-  std::optional<std::int64_t> inner;  // stride of the innermost dim seen so far
-  std::int64_t inner_size = 1;
-  std::int64_t result = 0;
-  for (std::int64_t d = n - 1; d >= 0; --d) {
-    if (t.size(d) == 1) continue;
-    if (!inner) {
-      result = t.stride(d);
-    } else if (t.stride(d) != *inner * inner_size) {
-      return std::nullopt;
-    }
-    inner = t.stride(d);
-    inner_size = t.size(d);
-  }
-  return result;
-}
 
 // True when the last two dims form a row- or column-major matrix that BLAS can read directly.
 bool blas_layout(const Tensor& t) {
@@ -90,22 +72,11 @@ Tensor entry(const Tensor& t, std::int64_t i) {
                          t.offset() + i * t.stride(0));
 }
 
-// The order of t's dims from outermost to innermost in memory, when t is a permutation of a
-// contiguous tensor with its last dim innermost (every element once, no gaps); else nullopt.
-// Size-1 dims take whatever place their stride gives them: it does not change the memory.
+// memory_order (autograd/layout.h) for a t of at least 2 dims whose last dim is innermost.
 std::optional<std::vector<std::int64_t>> dense_order(const Tensor& t) {
   if (!t.defined() || t.dim() < 2) return std::nullopt;
-  std::vector<std::int64_t> order(static_cast<std::size_t>(t.dim()));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::int64_t x, std::int64_t y) { return t.stride(x) > t.stride(y); });
-  std::int64_t expected = 1;
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    if (t.size(*it) == 1) continue;
-    if (t.stride(*it) != expected) return std::nullopt;
-    expected *= t.size(*it);
-  }
-  if (t.size(-1) > 1 && order.back() != t.dim() - 1) return std::nullopt;
+  auto order = memory_order(t);
+  if (order && t.size(-1) > 1 && order->back() != t.dim() - 1) return std::nullopt;
   return order;
 }
 

@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "autograd/autocast.h"
+#include "autograd/layout.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
@@ -29,29 +30,11 @@ using autograd::save;
 
 namespace {
 
-// The single stride that walks dims [0, n) of t as one flattened dim, if there is one (size-1
-// dims ignored; 0 when every walked dim has size 1).
-std::optional<std::int64_t> folded_stride(const Tensor& t, std::int64_t n) {
-  std::optional<std::int64_t> inner;
-  std::int64_t inner_size = 1, result = 0;
-  for (std::int64_t d = n - 1; d >= 0; --d) {
-    if (t.size(d) == 1) continue;
-    if (!inner) {
-      result = t.stride(d);
-    } else if (t.stride(d) != *inner * inner_size) {
-      return std::nullopt;
-    }
-    inner = t.stride(d);
-    inner_size = t.size(d);
-  }
-  return result;
-}
-
 // x: [..., K] as the [M, K] rows the backend reads (unit column stride, row stride >= K): a view
 // when the leading dims fold into one stride, else a packed copy.
 Tensor as_rows(const Tensor& x, std::int64_t m, std::int64_t k) {
   const std::int64_t lead = x.dim() - 1;
-  const std::optional<std::int64_t> rows = folded_stride(x, lead);
+  const std::optional<std::int64_t> rows = collapsed_stride(x, lead);
   const bool unit_columns = k <= 1 || x.stride(-1) == 1;
   if (rows && unit_columns && (m <= 1 || k == 0 || *rows >= k)) {
     const std::int64_t row_stride = m <= 1 || k == 0 ? std::max<std::int64_t>(k, 1) : *rows;
