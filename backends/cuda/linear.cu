@@ -22,6 +22,7 @@
 #include <optional>
 #include <vector>
 
+#include "backends/cuda/blas_types.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/strided.cuh"
@@ -35,39 +36,6 @@ namespace {
 
 // The workspace cuBLASLt may use, from the caching allocator.
 constexpr std::size_t kWorkspaceBytes = std::size_t{4} << 20;
-
-int blas_int(std::int64_t v, const char* what) {
-  TF_CHECK(v <= INT_MAX, "linear: ", what, " ", v, " exceeds what cuBLAS can index (", INT_MAX,
-           ")");
-  return static_cast<int>(v);
-}
-
-cudaDataType_t cuda_type(DType dtype) {
-  switch (dtype) {
-    case DType::float64:
-      return CUDA_R_64F;
-    case DType::bfloat16:
-      return CUDA_R_16BF;
-    default:
-      return CUDA_R_32F;
-  }
-}
-
-// As matmul's: float64 in double, bfloat16 with float32 accumulation, float32 as
-// matmul_precision() allows.
-cublasComputeType_t compute_type(DType dtype) {
-  if (dtype == DType::float64) return CUBLAS_COMPUTE_64F;
-  if (dtype == DType::bfloat16) return CUBLAS_COMPUTE_32F;
-  switch (matmul_precision()) {
-    case MatmulPrecision::tf32:
-      return CUBLAS_COMPUTE_32F_FAST_TF32;
-    case MatmulPrecision::bf16:
-      return CUBLAS_COMPUTE_32F_FAST_16BF;
-    case MatmulPrecision::exact:
-      break;
-  }
-  return CUBLAS_COMPUTE_32F;
-}
 
 // --- the epilogue kernel (float64, the exact gelu, and the fallback) ---
 
@@ -262,12 +230,13 @@ void linear_gemm(const Tensor& x, const Tensor& weight, const LinearShape& s, co
   const double one_d = 1.0, zero_d = 0.0;
   TF_CUBLAS_CHECK(
       "linear",
-      cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, blas_int(s.n, "N"), blas_int(s.m, "M"),
-                   blas_int(s.k, "K"), f64 ? static_cast<const void*>(&one_d) : &one_f,
-                   weight.data_ptr(), in_type, blas_int(s.k, "K"), x.data_ptr(), in_type,
-                   blas_int(s.ld, "leading dimension"),
+      cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, blas_int(s.n, "linear", "N"),
+                   blas_int(s.m, "linear", "M"), blas_int(s.k, "linear", "K"),
+                   f64 ? static_cast<const void*>(&one_d) : &one_f, weight.data_ptr(), in_type,
+                   blas_int(s.k, "linear", "K"), x.data_ptr(), in_type,
+                   blas_int(s.ld, "linear", "leading dimension"),
                    f64 ? static_cast<const void*>(&zero_d) : &zero_f, out.data_ptr(), type,
-                   blas_int(s.n, "N"), compute_type(x.dtype()), CUBLAS_GEMM_DEFAULT));
+                   blas_int(s.n, "linear", "N"), compute_type(x.dtype()), CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "backends/cuda/blas_types.h"
 #include "backends/cuda/check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "core/error.h"
@@ -23,41 +24,6 @@
 #include "core/op_checks.h"
 
 namespace tinyformer::cuda {
-
-namespace {
-
-int blas_int(std::int64_t v, const char* what) {
-  TF_CHECK(v <= INT_MAX, "matmul: ", what, " ", v, " exceeds what cuBLAS can index (", INT_MAX,
-           ")");
-  return static_cast<int>(v);
-}
-
-cudaDataType_t cuda_type(DType dtype) {
-  switch (dtype) {
-    case DType::float64:
-      return CUDA_R_64F;
-    case DType::bfloat16:
-      return CUDA_R_16BF;
-    default:
-      return CUDA_R_32F;
-  }
-}
-
-cublasComputeType_t compute_type(DType dtype) {
-  if (dtype == DType::float64) return CUBLAS_COMPUTE_64F;
-  if (dtype == DType::bfloat16) return CUBLAS_COMPUTE_32F;
-  switch (matmul_precision()) {
-    case MatmulPrecision::tf32:
-      return CUBLAS_COMPUTE_32F_FAST_TF32;
-    case MatmulPrecision::bf16:
-      return CUBLAS_COMPUTE_32F_FAST_16BF;
-    case MatmulPrecision::exact:
-      break;
-  }
-  return CUBLAS_COMPUTE_32F;
-}
-
-}  // namespace
 
 // a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N]
 // (row-major matrices at any non-overlapping strides: gemm_output).
@@ -86,13 +52,14 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
       "matmul",
       cublasGemmStridedBatchedEx(
           cublas(), pb.layout.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
-          pa.layout.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, blas_int(n, "N"), blas_int(m, "M"),
-          blas_int(k, "K"), f64 ? static_cast<const void*>(&one_d) : &one_f, pb.data, in_type,
-          blas_int(pb.layout.ld, "leading dimension"), pb.layout.batch_stride, pa.data, in_type,
-          blas_int(pa.layout.ld, "leading dimension"), pa.layout.batch_stride,
+          pa.layout.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, blas_int(n, "matmul", "N"),
+          blas_int(m, "matmul", "M"), blas_int(k, "matmul", "K"),
+          f64 ? static_cast<const void*>(&one_d) : &one_f, pb.data, in_type,
+          blas_int(pb.layout.ld, "matmul", "leading dimension"), pb.layout.batch_stride, pa.data,
+          in_type, blas_int(pa.layout.ld, "matmul", "leading dimension"), pa.layout.batch_stride,
           f64 ? static_cast<const void*>(&zero_d) : &zero_f, out.data_ptr(), type,
-          blas_int(c.ld, "leading dimension"), c.batch_stride, blas_int(runs, "batch count"),
-          compute_type(a.dtype()), CUBLAS_GEMM_DEFAULT));
+          blas_int(c.ld, "matmul", "leading dimension"), c.batch_stride,
+          blas_int(runs, "matmul", "batch count"), compute_type(a.dtype()), CUBLAS_GEMM_DEFAULT));
   if (runs == 1 && batch > 1) {
     // out[1:] = out[0], read as a stride-0 batch.
     const Tensor rest =
