@@ -36,15 +36,6 @@ namespace tinyformer::cpu {
 
 namespace {
 
-// The product size up to which matmul keeps float32 products exact under MatmulPrecision::bf16
-// (it runs them on cblas_sgemm); the same here, so a Linear layer rounds where matmul would.
-constexpr std::int64_t kSmallGemm = 64 * 64 * 64;
-
-int blas_int(std::int64_t v, const char* what) {
-  TF_CHECK(v <= INT_MAX, "linear: ", what, " ", v, " exceeds what BLAS can index (", INT_MAX, ")");
-  return static_cast<int>(v);
-}
-
 // x's row stride as a GEMM's leading dimension (any value >= K serves a single row).
 std::int64_t row_stride(const Tensor& x) {
   return x.size(0) <= 1 || x.size(1) == 0 ? std::max<std::int64_t>(x.size(1), 1) : x.stride(0);
@@ -141,8 +132,9 @@ void linear_blas(const Tensor& x, const Tensor& weight, const Tensor& bias, Epil
   if (k == 0) {  // an empty sum (all-zero bits are 0 in IEEE float and double)
     std::memset(o, 0, static_cast<std::size_t>(m * n) * sizeof(T));
   } else {
-    const int mi = blas_int(m, "M"), ni = blas_int(n, "N"), ki = blas_int(k, "K");
-    const int lda = blas_int(row_stride(x), "leading dimension");
+    const int mi = blas_int(m, "linear", "M"), ni = blas_int(n, "linear", "N"),
+              ki = blas_int(k, "linear", "K");
+    const int lda = blas_int(row_stride(x), "linear", "leading dimension");
     // x [M, K] row-major, W [N, K] row-major read as W^T: the same flags matmul passes for
     // x @ weight.transpose(0, 1), so the products agree bit for bit.
     if constexpr (std::is_same_v<T, double>) {

@@ -32,15 +32,12 @@
 
 namespace tinyformer::cpu {
 
-namespace {
-
-// Largest M*N*K that a float32 product with a batch of one sends to cblas_sgemm (see above).
-constexpr std::int64_t kSmallGemm = 64 * 64 * 64;
-
-int blas_int(std::int64_t v, const char* what) {
-  TF_CHECK(v <= INT_MAX, "matmul: ", what, " ", v, " exceeds what BLAS can index (", INT_MAX, ")");
+int blas_int(std::int64_t v, const char* op, const char* what) {
+  TF_CHECK(v <= INT_MAX, op, ": ", what, " ", v, " exceeds what BLAS can index (", INT_MAX, ")");
   return static_cast<int>(v);
 }
+
+namespace {
 
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a, int lda,
           const float* b, int ldb, float* c, int ldc) {
@@ -56,10 +53,11 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const dou
 template <typename T>
 void matmul_blas(const GemmInput& a, const GemmInput& b, T* out, const GemmOutput& c,
                  std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n) {
-  const int mi = blas_int(m, "M"), ni = blas_int(n, "N"), ki = blas_int(k, "K");
-  const int lda = blas_int(a.layout.ld, "leading dimension"),
-            ldb = blas_int(b.layout.ld, "leading dimension"),
-            ldc = blas_int(c.ld, "leading dimension");
+  const int mi = blas_int(m, "matmul", "M"), ni = blas_int(n, "matmul", "N"),
+            ki = blas_int(k, "matmul", "K");
+  const int lda = blas_int(a.layout.ld, "matmul", "leading dimension"),
+            ldb = blas_int(b.layout.ld, "matmul", "leading dimension"),
+            ldc = blas_int(c.ld, "matmul", "leading dimension");
   const auto* pa = static_cast<const T*>(a.data);
   const auto* pb = static_cast<const T*>(b.data);
   for (std::int64_t i = 0; i < batch; ++i) {

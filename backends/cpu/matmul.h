@@ -20,4 +20,12 @@ bool bf16_matmul_native();
 // then float32 products round their operands to bfloat16 under MatmulPrecision::bf16.
 bool bf16_matmul_fast();
 
+// The largest M*N*K that a float32 product with a batch of one sends to cblas_sgemm (its lower
+// fixed cost at that size), and up to which MatmulPrecision::bf16 keeps a product exact; the
+// fused linear follows the same rule, so a Linear layer rounds where matmul would.
+inline constexpr std::int64_t kSmallGemm = 64 * 64 * 64;
+
+// v as a BLAS int; Error naming `op` and `what` when it does not fit.
+int blas_int(std::int64_t v, const char* op, const char* what);
+
 }  // namespace tinyformer::cpu
