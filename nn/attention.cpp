@@ -114,17 +114,28 @@ Tensor LinformerAttention::forward(const Tensor& x, const Tensor& key_padding_ma
   Projected key_compressed = key_projection->project(key, key_padding_mask);
   Projected value_compressed = value_projection->project(value, key_padding_mask);
   // A row empty for the keys or for the values is excluded from the softmax: its weight is
-  // exactly 0 instead of what a zero key would take. [B, k] -> [B, 1, 1, k].
-  const std::int64_t b = x.size(0), k = key_projection->k();
-  Tensor empty_rows;
+  // exactly 0 instead of what a zero key would take. [B, k] -> [B, 1, 1, k] for every head, or
+  // [B, H, k] -> [B, H, 1, k] per head.
+  const std::int64_t b = x.size(0), h = query.size(1), k = key_projection->k();
+  Tensor excluded;
   for (const Tensor& e : {key_compressed.empty_rows, value_compressed.empty_rows}) {
     if (!e.defined()) continue;
-    const bool fits = e.dtype() == DType::boolean && e.shape() == Shape{b, k};
+    const bool fits =
+        e.dtype() == DType::boolean && (e.shape() == Shape{b, k} || e.shape() == Shape{b, h, k});
     TF_CHECK(fits, "LinformerAttention: a projection reported empty rows of dtype bool and shape [",
-             b, ", ", k, "] expected, got ", e.dtype(), " ", shape_str(e.shape()));
-    empty_rows = empty_rows.defined() ? where(empty_rows, empty_rows, e) : e;
+             b, ", ", k, "] or [", b, ", ", h, ", ", k, "] expected, got ", e.dtype(), " ",
+             shape_str(e.shape()));
+    Tensor rows = e.dim() == 2 ? e.view({b, 1, 1, k}) : e.view({b, h, 1, k});
+    if (!excluded.defined()) {
+      excluded = rows;
+    } else {
+      if (rows.size(1) != excluded.size(1)) {
+        excluded = excluded.expand({b, h, 1, k}).contiguous();
+        rows = rows.expand({b, h, 1, k});
+      }
+      excluded = where(excluded, excluded, rows);
+    }
   }
-  Tensor excluded = empty_rows.defined() ? empty_rows.view({b, 1, 1, k}) : Tensor();
   return out_proj->forward(
       merge_heads(attend(query, key_compressed.rows, value_compressed.rows, excluded, false)));
 }

@@ -165,6 +165,18 @@ std::vector<std::string> projection_names() {
 
 // --- linear: x' = E[:, :n] x (x: the keys or the values) ---
 
+std::pair<std::int64_t, std::int64_t> pooling_start_window(std::int64_t head, std::int64_t i,
+                                                           const ProjectionSpec& spec) {
+  TF_CHECK(head >= 0 && head < spec.heads && i >= 0 && i < spec.k,
+           "pooling_start_window: expected 0 <= head < ", spec.heads, " and 0 <= i < ", spec.k,
+           ", got head=", head, ", i=", i);
+  const std::int64_t len = spec.max_seq_len;
+  const std::int64_t shift = head * (len / spec.k) / spec.heads;
+  const auto [start, end] = pool_window(i, len, spec.k);
+  return {i == 0 ? 0 : std::min(len, start + shift),
+          i == spec.k - 1 ? len : std::min(len, end + shift)};
+}
+
 LinearProjection::LinearProjection(const ProjectionSpec& spec) {
   check_spec(spec, "LinearProjection");
   TF_CHECK(std::isfinite(spec.lr_scale) && spec.lr_scale > 0,
@@ -173,17 +185,20 @@ LinearProjection::LinearProjection(const ProjectionSpec& spec) {
   if (spec.init == ProjectionInit::normal) {
     init::normal_(weight, 0.0, 1.0 / std::sqrt(static_cast<double>(spec.k)));
   } else {
-    // Row i averages window i of the full length, as mean pooling at n = max_seq_len does.
-    std::vector<double> e(static_cast<std::size_t>(spec.k * spec.max_seq_len), 0.0);
-    for (std::int64_t i = 0; i < spec.k; ++i) {
-      const auto [start, end] = pool_window(i, spec.max_seq_len, spec.k);
-      for (std::int64_t j = start; j < end; ++j) {
-        e[static_cast<std::size_t>(i * spec.max_seq_len + j)] =
-            1.0 / static_cast<double>(end - start);
+    // Row i averages window i of the full length, as mean pooling at n = max_seq_len does; with
+    // a matrix per head, head h's windows are shifted by pooling_shift(h) positions.
+    const std::int64_t len = spec.max_seq_len;
+    std::vector<double> e(static_cast<std::size_t>(spec.heads * spec.k * len), 0.0);
+    for (std::int64_t h = 0; h < spec.heads; ++h) {
+      for (std::int64_t i = 0; i < spec.k; ++i) {
+        const auto [start, end] = pooling_start_window(h, i, spec);
+        for (std::int64_t j = start; j < end; ++j) {
+          e[static_cast<std::size_t>((h * spec.k + i) * len + j)] =
+              1.0 / static_cast<double>(end - start);
+        }
       }
     }
-    raw::copy(from(e, {1, spec.k, spec.max_seq_len}).to(weight.dtype()).expand(weight.shape()),
-              weight);
+    raw::copy(from(e, {spec.heads, spec.k, len}).to(weight.dtype()), weight);
   }
   // E's entries are averaging weights of order 1/w; Adam's steps of order lr would swamp them.
   set_param_options("weight", {.lr_scale = spec.lr_scale, .decay = false});
@@ -204,23 +219,24 @@ Projected LinearProjection::project(const Tensor& x, const Tensor& key_padding_m
   check_padding_mask(key_padding_mask, x, "LinearProjection");
   const std::int64_t b = x.size(0), n = x.size(2), k = weight.size(1);
   NoGradGuard no_grad;
-  // support[i, j] = 1 where some head's E[i, j] is not 0: [k, n]. A row covers a sequence's
-  // real positions when its support meets them.
+  // support[e, i, j] = 1 where matrix e's E[i, j] is not 0: [heads, k, n]. A row covers a
+  // sequence's real positions when its support meets them.
   const TensorOptions like_x{.dtype = x.dtype(), .device = x.device()};
-  Tensor support =
-      ne(sum(abs(weight.narrow(2, 0, n)), {0}), scalar_tensor(0.0, like_x)).to(x.dtype());
-  Tensor covered;  // [B, k] or [k]: real positions in each row's support
+  Tensor support = ne(weight.narrow(2, 0, n), scalar_tensor(0.0, like_x)).to(x.dtype());
+  Tensor covered;  // [heads, k, B]: real positions in each row's support
   if (key_padding_mask.defined()) {
-    Tensor real = sub(scalar_tensor(1.0, like_x), key_padding_mask.to(x.dtype()));
-    covered = matmul(real, support.transpose(0, 1));
+    Tensor real = sub(scalar_tensor(1.0, like_x), key_padding_mask.to(x.dtype()));  // [B, n]
+    covered = matmul(support, real.transpose(0, 1));
   } else {
-    covered = sum(support, {1});
+    covered = sum(support, {2}, true).expand({weight.size(0), k, b});
   }
   Tensor empty_rows = eq(covered, scalar_tensor(0.0, like_x));
   if (sum(empty_rows.to(DType::float64)).to(Device::cpu()).item<double>() == 0) {
     return {rows, Tensor()};
   }
-  return {rows, key_padding_mask.defined() ? empty_rows : empty_rows.unsqueeze(0).expand({b, k})};
+  // One matrix: [B, k]; one per head: [B, H, k].
+  if (weight.size(0) == 1) return {rows, empty_rows.select(0, 0).transpose(0, 1).contiguous()};
+  return {rows, empty_rows.permute({2, 0, 1}).contiguous()};
 }
 
 std::string LinearProjection::extra_repr() const {

@@ -5,7 +5,8 @@
 // Every kind returns exactly k rows for every n <= max_seq_len. A sequence's real positions are
 // those its key-padding mask leaves false (all n without a mask); m is their number.
 // - linear: x' = E[:, :n] x with a learned E in R^{k x max_seq_len}. By default E starts as
-//   mean pooling over max_seq_len (row i averages pool_window(i, max_seq_len, k)) and learns at
+//   mean pooling over max_seq_len (row i averages pool_window(i, max_seq_len, k); with a matrix
+//   per head, each head's windows shifted: pooling_start_window) and learns at
 //   a tenth of the learning rate without weight decay (ProjectionSpec::init and lr_scale;
 //   docs/linformer.md, "Learning E"); ProjectionInit::normal starts it at N(0, 1/k). Padded
 //   rows arrive zeroed, so they add nothing. A summary row whose weights over a sequence's real
@@ -43,7 +44,8 @@ namespace tinyformer::nn {
 struct Projected {
   Tensor rows;  // [B, H, k, d]
   // [B, k] bool, true where summary row i of sequence b covers no real position (the attention
-  // excludes it); undefined when no row is empty.
+  // excludes it), or [B, H, k] when the heads' rows differ (the linear kind with a matrix per
+  // head); undefined when no row is empty.
   Tensor empty_rows;
 };
 
@@ -82,6 +84,15 @@ struct ProjectionSpec {
   ProjectionInit init = ProjectionInit::pooling;
   double lr_scale = 0.1;
 };
+
+// Window i of head `head` in the linear kind's pooling start, over positions [0, max_seq_len):
+// pool_window(i, max_seq_len, k) shifted right by s = head * floor(max_seq_len / k) / heads
+// positions (integer division), the first window reaching down to 0 and the last up to
+// max_seq_len, so that each head's windows cover every position. With a
+// matrix per head (sharing "none"), the heads' window boundaries thus fall at different
+// positions; with one matrix (heads == 1) s is 0 and the windows are pool_window's.
+std::pair<std::int64_t, std::int64_t> pooling_start_window(std::int64_t head, std::int64_t i,
+                                                           const ProjectionSpec& spec);
 
 // The built-in kinds; each enumerator is named as the kind is registered. mean_pool and
 // max_pool are other spellings of mean and max (the same values), and "mean_pool" and

@@ -3,6 +3,7 @@
 // ParamOptions and optim::decay_groups; rows whose weights miss every real position are empty.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -25,17 +26,44 @@ std::shared_ptr<nn::LinearProjection> linear(std::int64_t k, std::int64_t max_se
 
 }  // namespace
 
-TEST_CASE("linear E starts as the mean-pooling windows of max_seq_len, in every head") {
+TEST_CASE("linear E starts as the mean-pooling windows of max_seq_len, shifted per head") {
   // max_seq_len 7, k 3: windows 0..2, 2..4, 4..6 (docs/attention.md), weight 1/3 each (as
-  // float32: parameters are made in float32 and converted).
+  // float32: parameters are made in float32 and converted). With one matrix per head (2 heads),
+  // head 1's windows move right by floor(7 / 3) * 1 / 2 = 1 position, the first reaching down
+  // to 0 and the last up to 6: 0..3, 3..5, 5..6.
   auto p = linear(3, 7, nn::ProjectionInit::pooling, 2);
   const auto e = p->weight.to_vector<double>();
-  const std::vector<double> row_major = {1, 1, 1, 0, 0, 0, 0,  //
-                                         0, 0, 1, 1, 1, 0, 0,  //
-                                         0, 0, 0, 0, 1, 1, 1};
-  REQUIRE(e.size() == 2 * row_major.size());
+  const std::vector<double> expected = {
+      1. / 3, 1. / 3, 1. / 3, 0,      0,      0,      0,       // head 0
+      0,      0,      1. / 3, 1. / 3, 1. / 3, 0,      0,       //
+      0,      0,      0,      0,      1. / 3, 1. / 3, 1. / 3,  //
+      1. / 4, 1. / 4, 1. / 4, 1. / 4, 0,      0,      0,       // head 1
+      0,      0,      0,      1. / 3, 1. / 3, 1. / 3, 0,       //
+      0,      0,      0,      0,      0,      1. / 2, 1. / 2};
+  REQUIRE(e.size() == expected.size());
   for (std::size_t i = 0; i < e.size(); ++i) {
-    CHECK(e[i] == doctest::Approx(row_major[i % row_major.size()] / 3.0).epsilon(1e-7));
+    CHECK(e[i] == doctest::Approx(expected[i]).epsilon(1e-7));
+  }
+  // Each head's windows cover every position (neighbouring windows share a position where k
+  // does not divide max_seq_len).
+  for (auto [k, len, heads] : std::vector<std::array<std::int64_t, 3>>{
+           {32, 128, 4}, {64, 128, 4}, {5, 33, 3}, {7, 7, 2}, {3, 100, 2}}) {
+    auto q = linear(k, len, nn::ProjectionInit::pooling, heads);
+    const auto w = q->weight.to_vector<double>();
+    for (std::int64_t h = 0; h < heads; ++h) {
+      for (std::int64_t j = 0; j < len; ++j) {
+        int rows = 0;
+        double total = 0;
+        for (std::int64_t i = 0; i < k; ++i) {
+          const double v = w[static_cast<std::size_t>((h * k + i) * len + j)];
+          rows += v != 0;
+          total += v;
+        }
+        CHECK(rows >= 1);
+        CHECK(rows <= 2);
+        CHECK(total > 0);
+      }
+    }
   }
   // So at n = max_seq_len it computes mean pooling (to float32's rounding of 1/w), with or
   // without k dividing n.

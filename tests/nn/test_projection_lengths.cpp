@@ -42,18 +42,23 @@ std::shared_ptr<nn::LinformerAttention> make_layer(const std::string& kind, nn::
   return layer;
 }
 
-// The summary rows a sequence of m real positions (at the front) leaves empty, by the rules of
-// docs/attention.md, computed here independently of the projections.
+// The summary rows a sequence of m real positions (at the front) leaves empty in head h of
+// `heads` separate matrices (1 when the heads share one), by the rules of docs/attention.md,
+// computed here independently of the projections.
 std::set<std::int64_t> expected_empty(const std::string& kind, std::int64_t m, std::int64_t k,
-                                      std::int64_t max_seq_len) {
+                                      std::int64_t max_seq_len, std::int64_t h = 0,
+                                      std::int64_t heads = 1) {
   std::set<std::int64_t> empty;
   if (kind == "mean" || kind == "max") {
     for (std::int64_t i = m; i < k; ++i) empty.insert(i);  // m < k: rows m .. k-1
   } else if (kind == "linear") {
-    // The default start: row i of E averages pool_window(i, max_seq_len, k), computed here as
-    // the adaptive-pooling boundaries, so it covers a real position iff it starts before m.
+    // The default start: row i of head h averages the adaptive-pooling window i of max_seq_len,
+    // shifted by h * floor(max_seq_len / k) / heads positions (row 0 reaching down to 0), so it
+    // covers a real position iff it starts before m.
+    const std::int64_t shift = h * (max_seq_len / k) / heads;
     for (std::int64_t i = 0; i < k; ++i) {
-      if (i * max_seq_len / k >= m) empty.insert(i);
+      const std::int64_t start = i == 0 ? 0 : i * max_seq_len / k + shift;
+      if (start >= m) empty.insert(i);
     }
   } else if (kind == "conv") {
     const std::int64_t w = (max_seq_len + k - 1) / k;
@@ -185,10 +190,11 @@ TEST_CASE("summary rows that cover no real position take no attention weight") {
             REQUIRE(probs.shape() == Shape{3, 2, n, k});
             const auto p = probs.to_vector<double>();
             for (std::int64_t b = 0; b < 3; ++b) {
-              const auto empty =
-                  expected_empty(kind, lengths[static_cast<std::size_t>(b)], k, max_seq_len);
               bool all_ok = true;
               for (std::int64_t h = 0; h < 2; ++h) {
+                const std::int64_t matrices = sharing == nn::Sharing::none ? 2 : 1;
+                const auto empty = expected_empty(kind, lengths[static_cast<std::size_t>(b)], k,
+                                                  max_seq_len, h % matrices, matrices);
                 for (std::int64_t i = 0; i < n; ++i) {
                   for (std::int64_t r = 0; r < k; ++r) {
                     const double w = p[static_cast<std::size_t>(((b * 2 + h) * n + i) * k + r)];
