@@ -138,6 +138,56 @@ void product_into(const Tensor& a, const Tensor& b, const Tensor& out) {
 
 using DimOrder = std::optional<std::vector<std::int64_t>>;
 
+Tensor matmul_impl(const Tensor& a, const Tensor& b, const DimOrder& out_order,
+                   std::optional<DType> result_dtype = std::nullopt);
+
+// t: [batch..., R, C] -> [R, batch... * C]: the rows to the front, the batch folded into the
+// columns (a view where the layout allows, as for a [H, n, d] view of an [n, H, d] buffer).
+Tensor rows_first(const Tensor& t) {
+  const std::int64_t nb = t.dim() - 2;
+  Shape order{nb};
+  for (std::int64_t d = 0; d < nb; ++d) order.push_back(d);
+  order.push_back(nb + 1);
+  return reshape(permute(t, order), {t.size(-2), -1});
+}
+
+// Whether rows_first(t) is a view with unit column stride: the batch dims and the columns of
+// t lie one after the other in memory, the columns innermost.
+bool rows_first_in_place(const Tensor& t) {
+  if (t.dim() == 2) return t.stride(-1) == 1 || t.size(-1) == 1;
+  std::vector<std::int64_t> sizes, strides;
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    if (d == t.dim() - 2) continue;  // the rows
+    sizes.push_back(t.size(d));
+    strides.push_back(t.stride(d));
+  }
+  const Tensor columns = raw::as_strided(t, sizes, strides, t.offset());
+  return collapsed_stride(columns, columns.dim()) == 1;
+}
+
+// The gradient of a matrix a: [M, K] shared by every batch entry of a @ b, b: [batch..., K, N],
+// g: [batch..., M, N]: the sum over the batch of g b^T. For each entry of the outermost batch
+// dim, the inner batch dims fold into one product [M, inner*N] x [inner*N, K] (Linformer's E
+// against keys laid out [n, H, d] per sequence: the heads fold without a copy of the keys, and
+// only the M gradient rows are packed), so a batch of products and their sum shrink to one
+// product per outer entry. Undefined when b's entries do not fold in place (the caller then
+// runs the batch of products). A column-major a gets (b g^T)^T, so the gradient reaching the
+// untransposed tensor is contiguous.
+Tensor shared_left_gradient(const Tensor& g, const Tensor& b, bool a_column_major,
+                            DType out_dtype) {
+  if (b.dim() < 4 || !rows_first_in_place(select(b, 0, 0))) return Tensor();
+  Tensor sum;
+  for (std::int64_t i = 0; i < g.size(0); ++i) {
+    const Tensor gi = rows_first(select(g, 0, i));  // [M, inner*N]
+    const Tensor bi = rows_first(select(b, 0, i));  // [K, inner*N]
+    Tensor part = a_column_major
+                      ? matmul_impl(bi, transpose(gi, 0, 1), std::nullopt, out_dtype)   // [K, M]
+                      : matmul_impl(gi, transpose(bi, 0, 1), std::nullopt, out_dtype);  // [M, K]
+    sum = sum.defined() ? add(sum, part) : part;
+  }
+  return a_column_major ? transpose(sum, 0, 1) : sum;
+}
+
 // t with its last two dims swapped, as a view outside the graph.
 Tensor swapped(const Tensor& t) {
   Shape shape = t.shape(), strides = t.strides();
@@ -164,7 +214,7 @@ DimOrder gradient_order(const Tensor& operand, const Shape& full) {
 // kernel's float32 accumulator is the result, and the backward rounds the incoming gradient to
 // bfloat16 for its two products, which return float32 gradients too).
 Tensor matmul_impl(const Tensor& a, const Tensor& b, const DimOrder& out_order,
-                   std::optional<DType> result_dtype = std::nullopt) {
+                   std::optional<DType> result_dtype) {
   // Mixed precision (autograd/autocast.h): float32 operands run as one bfloat16 product with a
   // float32 result.
   if (const auto low = autocast_operands({a, b})) {
@@ -216,6 +266,7 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const DimOrder& out_order,
   Tensor sa = b.requires_grad() ? save(a2) : Tensor();
   Tensor sb = a.requires_grad() ? save(b2) : Tensor();
   const bool b_shared = b2.dim() == 2;
+  const bool a_shared = !a_vector && a2.dim() == 2;
   // An operand that is a transposed view (weight.transpose(0, 1) in a linear layer) gets its
   // gradient as the transpose of a row-major product, so that the gradient reaching the
   // untransposed tensor is contiguous instead of a transposed view that must be copied.
@@ -232,7 +283,10 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const DimOrder& out_order,
     Tensor g2 = reshape(g, out_full);                             // [batch..., M, N]
     if (g2.dtype() != operand_dtype) g2 = to(g2, operand_dtype);  // a mixed product's gradient
     Tensor ga, gb;
-    if (sb.defined()) {
+    if (sb.defined() && a_shared && !batch.empty()) {
+      ga = shared_left_gradient(g2, sb, a_column_major, out_dtype);
+    }
+    if (sb.defined() && !ga.defined()) {
       ga = a_column_major
                ? transpose(matmul_impl(sb, transpose(g2, -1, -2), a_order, out_dtype), -1,
                            -2)                                                // (b g^T)^T

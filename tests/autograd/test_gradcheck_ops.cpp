@@ -53,6 +53,7 @@ TEST_CASE("gradcheck: matmul shapes") {
       {"3-D @ 3-D", {{2, 2, 3}, {2, 3, 2}}},
       {"3-D @ 2-D (batch folds into rows)", {{2, 2, 3}, {3, 2}}},
       {"2-D @ 3-D", {{2, 3}, {2, 3, 2}}},
+      {"2-D @ 4-D (a shared left matrix)", {{2, 3}, {2, 2, 3, 2}}},
       {"3-D @ 1-D", {{2, 2, 3}, {3}}},
       {"1-D @ 3-D", {{3}, {2, 3, 2}}},
       {"broadcast batch [2,1,..] @ [3,..]", {{2, 1, 2, 3}, {3, 3, 2}}},
@@ -99,6 +100,15 @@ TEST_CASE("gradcheck: matmul on attention's heads: batch dims that no single str
   // against a batch broadcast over H.
   Tensor e = make_leaf({2, n}, Domain::any), w = make_leaf({b, 1, d, 3}, Domain::any);
   expect_gradcheck([&](auto& in) { return tf::matmul(in[0], heads(in[1])); }, {e, k}, "E @ heads");
+  // The same with E read transposed (column-major), and E under three batch dims.
+  Tensor et = make_leaf({n, 2}, Domain::any);
+  expect_gradcheck([&](auto& in) { return tf::matmul(in[0].transpose(0, 1), heads(in[1])); },
+                   {et, k}, "E^T @ heads");
+  expect_gradcheck(
+      [&](auto& in) {
+        return tf::matmul(in[0], in[1].view({1, b, n, h, d}).permute({0, 1, 3, 2, 4}));
+      },
+      {e, k}, "E @ heads under three batch dims");
   expect_gradcheck(
       [&](auto& in) {
         return tf::matmul(heads(in[0]), in[1].expand({b, h, d, 3}));
