@@ -14,10 +14,11 @@
 // The defaults (2 layers, d_model 64, n = 128, batch 32, 4000 steps, Linformer k = 32 with mean
 // pooling) take a few minutes on 2 CPU cores and end well below the unigram baseline's
 // perplexity of 28. A batch of 32 rather than 16 makes runs that differ only in their seed end
-// close together (docs/linformer.md, "Stable pretraining at this scale"). Mean pooling is the default for its speed: the paper's learned linear
-// projection (--projection linear) starts as the same pooling and learns from there (the
-// library's recipe, docs/linformer.md, "Learning E"), at about 1.5x the time per step;
-// d_model 128 costs 3.5x the time per step for little gain within minutes.
+// close together (docs/linformer.md, "Stable pretraining at this scale"). Mean pooling is the
+// default for its speed: the paper's learned linear projection (--projection linear) starts as
+// the same pooling and learns from there (the library's recipe, docs/linformer.md, "Learning
+// E"), at about 1.5x the time per step; d_model 128 costs 3.5x the time per step for little
+// gain within minutes.
 #include <tinyformer/tinyformer.h>
 
 #include <algorithm>

@@ -125,16 +125,8 @@ Tensor LinformerAttention::forward(const Tensor& x, const Tensor& key_padding_ma
     TF_CHECK(fits, "LinformerAttention: a projection reported empty rows of dtype bool and shape [",
              b, ", ", k, "] or [", b, ", ", h, ", ", k, "] expected, got ", e.dtype(), " ",
              shape_str(e.shape()));
-    Tensor rows = e.dim() == 2 ? e.view({b, 1, 1, k}) : e.view({b, h, 1, k});
-    if (!excluded.defined()) {
-      excluded = rows;
-    } else {
-      if (rows.size(1) != excluded.size(1)) {
-        excluded = excluded.expand({b, h, 1, k}).contiguous();
-        rows = rows.expand({b, h, 1, k});
-      }
-      excluded = where(excluded, excluded, rows);
-    }
+    const Tensor rows = e.dim() == 2 ? e.view({b, 1, 1, k}) : e.view({b, h, 1, k});
+    excluded = excluded.defined() ? where(excluded, excluded, rows) : rows;  // or, broadcast
   }
   return out_proj->forward(
       merge_heads(attend(query, key_compressed.rows, value_compressed.rows, excluded, false)));

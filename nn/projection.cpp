@@ -186,7 +186,7 @@ LinearProjection::LinearProjection(const ProjectionSpec& spec) {
     init::normal_(weight, 0.0, 1.0 / std::sqrt(static_cast<double>(spec.k)));
   } else {
     // Row i averages window i of the full length, as mean pooling at n = max_seq_len does; with
-    // a matrix per head, head h's windows are shifted by pooling_shift(h) positions.
+    // a matrix per head, head h's windows are pooling_start_window's.
     const std::int64_t len = spec.max_seq_len;
     std::vector<double> e(static_cast<std::size_t>(spec.heads * spec.k * len), 0.0);
     for (std::int64_t h = 0; h < spec.heads; ++h) {

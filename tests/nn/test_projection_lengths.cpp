@@ -467,3 +467,74 @@ TEST_CASE("keys and values of different kinds: a row empty for either is exclude
     }
   }
 }
+
+namespace {
+// Mean pooling that reports the empty rows it is given, whatever their shape: to feed
+// LinformerAttention per-head and malformed masks.
+class ReportsEmpty : public nn::Projection {
+ public:
+  ReportsEmpty(const nn::ProjectionSpec& spec, Tensor empty)
+      : mean_(nn::make_projection("mean", spec)), empty_(std::move(empty)) {}
+  Tensor forward(const Tensor& x) const override { return mean_->forward(x); }
+  nn::Projected project(const Tensor& x, const Tensor&) const override {
+    return {mean_->forward(x), empty_};
+  }
+  std::int64_t k() const override { return mean_->k(); }
+
+ private:
+  std::shared_ptr<nn::Projection> mean_;
+  Tensor empty_;
+};
+}  // namespace
+
+TEST_CASE("empty rows per head ([B, H, k]) combine with shared ones ([B, k]) head by head") {
+  manual_seed(31);
+  const nn::ProjectionSpec spec{.k = 3, .max_seq_len = 6, .head_dim = 4};
+  // Keys: row 2 empty in every head of sequence 0. Values: row 0 empty in head 1 of sequence 1.
+  std::vector<bool> shared(6, false), per_head(12, false);
+  shared[2] = true;
+  per_head[(1 * 2 + 1) * 3 + 0] = true;
+  nn::LinformerAttention layer(
+      8, 2, std::make_shared<ReportsEmpty>(spec, from<bool>(shared, {2, 3})),
+      std::make_shared<ReportsEmpty>(spec, from<bool>(per_head, {2, 2, 3})));
+  layer.keep_attention(true);
+  layer.forward(randn({2, 6, 8}));
+  const auto p = layer.last_attention().to_vector<float>();  // [2, 2, 6, 3]
+  for (std::int64_t b = 0; b < 2; ++b) {
+    for (std::int64_t h = 0; h < 2; ++h) {
+      for (std::int64_t i = 0; i < 6; ++i) {
+        for (std::int64_t r = 0; r < 3; ++r) {
+          CAPTURE(b);
+          CAPTURE(h);
+          CAPTURE(r);
+          const bool empty = (b == 0 && r == 2) || (b == 1 && h == 1 && r == 0);
+          const float w = p[static_cast<std::size_t>(((b * 2 + h) * 6 + i) * 3 + r)];
+          CHECK((empty ? w == 0.0f : w > 0.0f));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("LinformerAttention rejects empty rows of the wrong shape or dtype") {
+  const nn::ProjectionSpec spec{.k = 3, .max_seq_len = 6, .head_dim = 4};
+  auto mean = nn::make_projection("mean", spec);
+  for (const Tensor& bad :
+       {zeros({2, 4}, {.dtype = kBool}), zeros({2, 3, 3}, {.dtype = kBool}), zeros({2, 3})}) {
+    nn::LinformerAttention layer(8, 2, std::make_shared<ReportsEmpty>(spec, bad), mean);
+    CHECK_THROWS_WITH_AS(layer.forward(randn({2, 6, 8})),
+                         doctest::Contains("LinformerAttention: a projection reported empty rows "
+                                           "of dtype bool and shape [2, 3] or [2, 2, 3] expected"),
+                         Error);
+  }
+}
+
+TEST_CASE("pooling_start_window: head and row are checked") {
+  const nn::ProjectionSpec spec{.k = 3, .max_seq_len = 7, .heads = 2};
+  CHECK(nn::pooling_start_window(1, 1, spec) == std::pair<std::int64_t, std::int64_t>{3, 6});
+  CHECK_THROWS_WITH_AS(nn::pooling_start_window(2, 0, spec),
+                       doctest::Contains("pooling_start_window: expected 0 <= head < 2 and 0 <= "
+                                         "i < 3, got head=2, i=0"),
+                       Error);
+  CHECK_THROWS_AS(nn::pooling_start_window(0, 3, spec), Error);
+}
