@@ -11,6 +11,11 @@
 //             dS = 0)
 //   d_query = dS (key * scale),  d_key = dS^T (query * scale)   (the scaled operands recomputed)
 //
+// Under a bfloat16 autocast (mixed precision) without dropout, softmax rounds P to bfloat16 in
+// its own pass and no float32 P is kept: O = P V and d_value = P^T dO read that copy (the
+// products' bfloat16 operand, which they would otherwise round from a float32 P twice), and
+// softmax's backward reads it and writes dS in bfloat16 for the two products that read dS.
+//
 // O and each gradient are laid out like the query (key, value) they go with (matmul_like): heads
 // that are [B, H, n, d] views of a [B, n, H, d] buffer get O and their gradients in that layout,
 // so merging the heads and the gradient's way back through the split are views, not copies.
@@ -19,6 +24,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
@@ -76,10 +82,11 @@ void check_attention_inputs(const char* op, const Tensor& query, const Tensor& k
 }
 
 namespace {
-Tensor softmax_backward_rows(const Tensor& p, const Tensor& dp) {
-  // p, dp: [..., m] contiguous; the backend works on [rows, m].
+// dS from P and dP (p, dp: [..., m], p contiguous; the backend works on [rows, m]), in dS's
+// dtype `ds_dtype`: P's, or bfloat16 for a bfloat16 P with a float32 dP.
+Tensor softmax_backward_rows(const Tensor& p, const Tensor& dp, DType ds_dtype) {
   const std::int64_t m = p.size(-1);
-  Tensor ds = empty(p.shape(), {.dtype = p.dtype(), .device = p.device()});
+  Tensor ds = empty(p.shape(), {.dtype = ds_dtype, .device = p.device()});
   if (p.numel() > 0) {
     backend(p.device())
         .softmax_backward(p.view({-1, m}), contiguous(dp).view({-1, m}), false, ds.view({-1, m}));
@@ -98,6 +105,8 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
   const double scale = 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
   const bool use_dropout = options.training && options.dropout > 0;
   const TensorOptions like_query{.dtype = query.dtype(), .device = query.device()};
+  const bool bfloat16_p =
+      autocast_dtype() == DType::bfloat16 && query.dtype() == DType::float32 && !use_dropout;
 
   Tensor p, pd, keep;
   Tensor out;
@@ -108,7 +117,14 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
     const double minus_inf = -std::numeric_limits<double>::infinity();
     if (excluded_mask.defined()) s = masked_fill(s, excluded_mask, minus_inf);
     if (options.causal) s = masked_fill(s, future_mask(n, m, query.device()), minus_inf);
-    p = softmax(s, -1);
+    if (bfloat16_p) {
+      p = empty(s.shape(), {.dtype = DType::bfloat16, .device = s.device()});
+      if (p.numel() > 0) {
+        backend(s.device()).softmax(contiguous(s).view({-1, m}), false, p.view({-1, m}));
+      }
+    } else {
+      p = softmax(s, -1);
+    }
     pd = p;
     if (use_dropout) {
       Generator& gen = options.generator ? *options.generator : default_generator();
@@ -122,7 +138,7 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
     }
     out = matmul_like(pd, value, query);  // [..., n, dv], laid out like the query
   }
-  if (options.probs) *options.probs = p;
+  if (options.probs) *options.probs = bfloat16_p ? to(p, DType::float32) : p;
 
   // The query itself is saved rather than query * scale: it is a view of a buffer that lives on
   // anyway, and its layout is the one d_query takes.
@@ -133,7 +149,7 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
                   Tensor d_value = matmul_like(pd.transpose(-2, -1), g, saved_value);
                   Tensor dp = matmul(g, saved_value.transpose(-2, -1));
                   if (keep.defined()) dp = mul(dp, keep);
-                  Tensor ds = softmax_backward_rows(p, dp);
+                  Tensor ds = softmax_backward_rows(p, dp, p.dtype());
                   // The scale goes on the [m, d] and [n, d] operands rather than on the
                   // products, which then land in the query's and key's layouts directly.
                   Tensor d_query = matmul_like(ds, mul(saved_key, s), saved_query);

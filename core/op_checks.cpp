@@ -299,19 +299,29 @@ LinearShape check_linear_args(const Tensor& x, const Tensor& weight, const Tenso
 // normalizes, on the device of the last one (the output).
 void check_softmax_args(const char* op, std::initializer_list<const Tensor*> tensors,
                         const Backend& backend) {
-  const Op kind = std::string_view(op).ends_with("_backward") ? Op::softmax_backward : Op::softmax;
+  const bool backward = std::string_view(op).ends_with("_backward");
+  const Op kind = backward ? Op::softmax_backward : Op::softmax;
   const Tensor& first = **tensors.begin();
   const Tensor& out = **(tensors.end() - 1);
+  // The tensor whose dtype the op computes in: x forward, grad backward ({y, grad, out}).
+  const Tensor& compute = backward && tensors.size() == 3 ? **(tensors.begin() + 1) : first;
   TF_CHECK(out.defined(), op, ": expected defined tensors, got an undefined Tensor");
   check_backend_device(out, op, "the output", backend);
   for (const Tensor* t : tensors) {
     TF_CHECK(t->defined(), op, ": expected defined tensors, got an undefined Tensor");
+  }
+  const DType dtype = compute.dtype();
+  TF_CHECK(backend.supports(kind, dtype), op, ": expected ", backend.dtype_list(kind),
+           " tensors, got ", dtype);
+  for (const Tensor* t : tensors) {
     TF_CHECK(t->dim() == 2, op, ": expected [R, C] tensors, got shape ", shape_str(t->shape()));
     TF_CHECK(t->shape() == first.shape(), op, ": shapes differ: ", shape_str(first.shape()),
              " and ", shape_str(t->shape()));
-    TF_CHECK(t->dtype() == first.dtype() && backend.supports(kind, t->dtype()), op, ": expected ",
-             backend.dtype_list(kind), " tensors of one dtype, got ", first.dtype(), " and ",
-             t->dtype());
+    // Mixed precision: y and out may be bfloat16 around a float32 computation.
+    const bool mixed = t != &compute && dtype == DType::float32 && t->dtype() == DType::bfloat16;
+    TF_CHECK(t->dtype() == dtype || mixed, op, ": expected tensors of one dtype (or a bfloat16 ",
+             backward ? "y or out" : "out", " with float32 ", backward ? "grad" : "x", "), got ",
+             dtype, " and ", t->dtype());
     TF_CHECK(t->device() == out.device(), op, ": expected tensors on ", out.device(),
              ", got one on ", t->device());
     TF_CHECK(t->is_contiguous(), op, ": expected contiguous tensors, got strides ",

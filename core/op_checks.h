@@ -52,7 +52,9 @@ struct LinearShape {
 LinearShape check_linear_args(const Tensor& x, const Tensor& weight, const Tensor& bias,
                               Epilogue epilogue, const Tensor& out, const Backend& backend);
 
-// softmax, log_softmax and their backwards: contiguous [R, C] tensors of one shape and dtype.
+// softmax, log_softmax and their backwards: contiguous [R, C] tensors of one shape and dtype,
+// except for mixed precision's pairs: out (and a backward's y) may be bfloat16 where the tensor
+// that sets the computation's dtype (x forward, grad backward) is float32.
 void check_softmax_args(const char* op, std::initializer_list<const Tensor*> tensors,
                         const Backend& backend);
 

@@ -12,16 +12,26 @@
 //   [64, 10]      backward  1.5 us    5.6 us
 // oneDNN 2.6's softmax backward on AVX2 is its reference kernel; the loop is memory-bound. The
 // forward loop is close to oneDNN's but not as fast (its reductions wait on one accumulator), so
-// it serves float64 only.
+// it serves float64 only, and mixed precision's float32 -> bfloat16 forward, where writing the
+// rounded result in the same pass saves a float32 write and a rounding pass over it.
+//
+// Mixed precision (fused attention under autocast): the forward may round its float32 result
+// into a bfloat16 out, and the backward may read a bfloat16 y and write a bfloat16 out; both
+// compute in float32. Measured on 2 threads (Zen 4, AVX-512), [16384, 1024]: oneDNN's float32
+// forward and a rounding pass 7.7 + 1.9 ms, the bfloat16-writing loop 5.7 ms; backward float32
+// 5.5 ms, with bfloat16 y and out 2.6 ms.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
+#include "core/bfloat16.h"
 #include "core/error.h"
 #include "core/math.h"
 #include "core/op_checks.h"
@@ -76,27 +86,73 @@ void softmax_rows(const T* x, T* y, std::int64_t rows, std::int64_t cols, bool l
   });
 }
 
+// The float32 forward with its result rounded to bfloat16: the exponentials of a row go to a
+// float32 scratch row, so the rounding sees the same float32 value the float32 loop writes.
+// x: [R, C] float32, y: [R, C] bfloat16
+void softmax_rows_to_bfloat16(const float* x, bfloat16* y, std::int64_t rows, std::int64_t cols,
+                              bool log) {
+#pragma omp parallel if (rows * cols >= kParallelElements && !omp_in_parallel())
+  {
+    std::vector<float> scratch(static_cast<std::size_t>(cols));
+    float* e = scratch.data();
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * cols;
+      bfloat16* yr = y + r * cols;
+      const float m = row_max(xr, cols);
+      float sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (std::int64_t i = 0; i < cols; ++i) {
+        e[i] = math::exp(xr[i] - m);
+        sum += e[i];
+      }
+      if (log) {
+        const float shift = m + math::log(sum);
+#pragma omp simd
+        for (std::int64_t i = 0; i < cols; ++i) yr[i].bits = bfloat16::round(xr[i] - shift);
+      } else {
+        const float inv = 1.0f / sum;
+#pragma omp simd
+        for (std::int64_t i = 0; i < cols; ++i) yr[i].bits = bfloat16::round(e[i] * inv);
+      }
+    }
+  }
+}
+
+// *p = v, rounded to nearest even where D is bfloat16 (v then float)
+template <typename D, typename V>
+void store(D* p, V v) {
+  if constexpr (std::is_same_v<D, bfloat16>) {
+    p->bits = bfloat16::round(v);
+  } else {
+    *p = v;
+  }
+}
+
 // softmax:     dx = y * (g - sum(g * y))
 // log_softmax: dx = g - exp(y) * sum(g)
-// y, g, dx: [R, C]
-template <typename T>
-void softmax_backward_rows(const T* y, const T* g, T* dx, std::int64_t rows, std::int64_t cols,
+// y, g, dx: [R, C]. T: the computation's dtype (g's); Y, D: y's and dx's, T or (with T float)
+// bfloat16.
+template <typename T, typename Y = T, typename D = T>
+void softmax_backward_rows(const Y* y, const T* g, D* dx, std::int64_t rows, std::int64_t cols,
                            bool log) {
   for_rows(rows, cols, [&](std::int64_t r) {
-    const T* yr = y + r * cols;
+    const Y* yr = y + r * cols;
     const T* gr = g + r * cols;
-    T* dr = dx + r * cols;
+    D* dr = dx + r * cols;
     T dot = 0;
     if (log) {
 #pragma omp simd reduction(+ : dot)
       for (std::int64_t i = 0; i < cols; ++i) dot += gr[i];
 #pragma omp simd
-      for (std::int64_t i = 0; i < cols; ++i) dr[i] = gr[i] - math::exp(yr[i]) * dot;
+      for (std::int64_t i = 0; i < cols; ++i) {
+        store(dr + i, gr[i] - math::exp(static_cast<T>(yr[i])) * dot);
+      }
     } else {
 #pragma omp simd reduction(+ : dot)
-      for (std::int64_t i = 0; i < cols; ++i) dot += gr[i] * yr[i];
+      for (std::int64_t i = 0; i < cols; ++i) dot += gr[i] * static_cast<T>(yr[i]);
 #pragma omp simd
-      for (std::int64_t i = 0; i < cols; ++i) dr[i] = yr[i] * (gr[i] - dot);
+      for (std::int64_t i = 0; i < cols; ++i) store(dr + i, static_cast<T>(yr[i]) * (gr[i] - dot));
     }
   });
 }
@@ -133,7 +189,9 @@ void CpuBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
   check_softmax_args(op, {&x, &out}, *this);
   const std::int64_t rows = x.size(0), cols = x.size(1);
   if (x.numel() == 0) return;
-  if (x.dtype() == DType::float32) {
+  if (out.dtype() == DType::bfloat16) {
+    softmax_rows_to_bfloat16(x.data<float>(), out.data<bfloat16>(), rows, cols, log);
+  } else if (x.dtype() == DType::float32) {
     softmax_dnnl(x, log, out, op);
   } else {
     softmax_rows(x.data<double>(), out.data<double>(), rows, cols, log);
@@ -147,11 +205,22 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad, bool log,
   check_softmax_args(op, {&y, &grad, &out}, *this);
   const std::int64_t rows = y.size(0), cols = y.size(1);
   if (y.numel() == 0) return;
-  if (y.dtype() == DType::float32) {
-    softmax_backward_rows(y.data<float>(), grad.data<float>(), out.data<float>(), rows, cols, log);
-  } else {
+  if (grad.dtype() == DType::float64) {
     softmax_backward_rows(y.data<double>(), grad.data<double>(), out.data<double>(), rows, cols,
                           log);
+    return;
+  }
+  // float32, with y and out each float32 or bfloat16
+  const float* g = grad.data<float>();
+  const bool y16 = y.dtype() == DType::bfloat16, out16 = out.dtype() == DType::bfloat16;
+  if (y16 && out16) {
+    softmax_backward_rows(y.data<bfloat16>(), g, out.data<bfloat16>(), rows, cols, log);
+  } else if (y16) {
+    softmax_backward_rows(y.data<bfloat16>(), g, out.data<float>(), rows, cols, log);
+  } else if (out16) {
+    softmax_backward_rows(y.data<float>(), g, out.data<bfloat16>(), rows, cols, log);
+  } else {
+    softmax_backward_rows(y.data<float>(), g, out.data<float>(), rows, cols, log);
   }
 }
 

@@ -5,6 +5,8 @@
 // x, one write of y, and the row's max and sum are warp shuffles (no shared memory, no
 // __syncthreads). Longer rows take one block each and are read three times (max, sum, write);
 // they are L2-resident between the passes. bfloat16 is computed in float32, float64 in double.
+// Mixed precision's pairs compute in float32 too: a float32 forward may round its result into a
+// bfloat16 out, and a float32 backward may read a bfloat16 y and write a bfloat16 out.
 // Rows of -inf (fully masked) become NaN, as on the CPU: -inf - max is NaN.
 #include <cstdint>
 #include <limits>
@@ -24,10 +26,10 @@ namespace {
 // y = softmax(x) or log_softmax(x) per row. Lane l holds columns l, l + 32, ..., l + 32 (kItems
 // - 1), so each load is one coalesced 32-element access; columns past C are padding (-inf for
 // the max, skipped in the sum). y may be x.
-// x, y: [R, C], C <= 32 kItems
-template <typename T, int kItems>
+// x, y: [R, C], C <= 32 kItems; Y: T, or bfloat16 for a float32 T
+template <typename T, typename Y, int kItems>
 __global__ void __launch_bounds__(kRowsPerBlock * 32)
-    softmax_warp_kernel(const T* x, T* y, std::int64_t rows, int cols, bool log) {
+    softmax_warp_kernel(const T* x, Y* y, std::int64_t rows, int cols, bool log) {
   using A = acc_t<T>;
   const int lane = threadIdx.x % 32;
   // Every lane of a warp has the same row, so the loop keeps all 32 lanes together for the
@@ -35,7 +37,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
        r < rows; r += static_cast<std::int64_t>(gridDim.x) * kRowsPerBlock) {
     const T* xr = x + r * cols;
-    T* yr = y + r * cols;
+    Y* yr = y + r * cols;
     A v[kItems];
     A m = -std::numeric_limits<A>::infinity();
 #pragma unroll
@@ -60,25 +62,25 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int c = lane + 32 * k;
-      if (c < cols) yr[c] = from_acc<T>(log ? v[k] - shift : v[k] * inv);
+      if (c < cols) yr[c] = from_acc<Y>(log ? v[k] - shift : v[k] * inv);
     }
   }
 }
 
 // softmax:     dx = y * (g - sum(g * y))
 // log_softmax: dx = g - exp(y) * sum(g)
-// y, g, dx: [R, C], C <= 32 kItems (dx may be y or g)
-template <typename T, int kItems>
+// y, g, dx: [R, C], C <= 32 kItems (dx may be y or g); Y, D: T, or bfloat16 for a float32 T
+template <typename T, typename Y, typename D, int kItems>
 __global__ void __launch_bounds__(kRowsPerBlock * 32)
-    softmax_backward_warp_kernel(const T* y, const T* g, T* dx, std::int64_t rows, int cols,
+    softmax_backward_warp_kernel(const Y* y, const T* g, D* dx, std::int64_t rows, int cols,
                                  bool log) {
   using A = acc_t<T>;
   const int lane = threadIdx.x % 32;
   for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
        r < rows; r += static_cast<std::int64_t>(gridDim.x) * kRowsPerBlock) {
-    const T* yr = y + r * cols;
+    const Y* yr = y + r * cols;
     const T* gr = g + r * cols;
-    T* dr = dx + r * cols;
+    D* dr = dx + r * cols;
     A yv[kItems], gv[kItems];
     A dot = 0;
 #pragma unroll
@@ -93,7 +95,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     for (int k = 0; k < kItems; ++k) {
       const int c = lane + 32 * k;
       if (c < cols) {
-        dr[c] = from_acc<T>(log ? gv[k] - math::exp(yv[k]) * dot : yv[k] * (gv[k] - dot));
+        dr[c] = from_acc<D>(log ? gv[k] - math::exp(yv[k]) * dot : yv[k] * (gv[k] - dot));
       }
     }
   }
@@ -104,15 +106,15 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 // As softmax_warp_kernel, with the row read from global memory once per pass. y may be x: each
 // thread reads an element before it writes it.
 // x, y: [R, C]
-template <typename T>
+template <typename T, typename Y>
 __global__ void __launch_bounds__(kRowBlock)
-    softmax_block_kernel(const T* x, T* y, std::int64_t rows, std::int64_t cols, bool log) {
+    softmax_block_kernel(const T* x, Y* y, std::int64_t rows, std::int64_t cols, bool log) {
   using A = acc_t<T>;
   __shared__ A scratch[32];
   // The row is the same for the whole block, so every thread reaches the block reductions.
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * cols;
-    T* yr = y + r * cols;
+    Y* yr = y + r * cols;
     A m = -std::numeric_limits<A>::infinity();
     for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       const A v = to_acc(xr[c]);
@@ -126,23 +128,23 @@ __global__ void __launch_bounds__(kRowBlock)
     const A shift = m + math::log(sum), inv = A(1) / sum;
     for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       const A v = to_acc(xr[c]);
-      yr[c] = from_acc<T>(log ? v - shift : math::exp(v - m) * inv);
+      yr[c] = from_acc<Y>(log ? v - shift : math::exp(v - m) * inv);
     }
   }
 }
 
 // As softmax_backward_warp_kernel, one block per row.
 // y, g, dx: [R, C]
-template <typename T>
+template <typename T, typename Y, typename D>
 __global__ void __launch_bounds__(kRowBlock)
-    softmax_backward_block_kernel(const T* y, const T* g, T* dx, std::int64_t rows,
+    softmax_backward_block_kernel(const Y* y, const T* g, D* dx, std::int64_t rows,
                                   std::int64_t cols, bool log) {
   using A = acc_t<T>;
   __shared__ A scratch[32];
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* yr = y + r * cols;
+    const Y* yr = y + r * cols;
     const T* gr = g + r * cols;
-    T* dr = dx + r * cols;
+    D* dr = dx + r * cols;
     A dot = 0;
     for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       const A gv = to_acc(gr[c]);
@@ -151,8 +153,44 @@ __global__ void __launch_bounds__(kRowBlock)
     dot = block_sum(dot, scratch);
     for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       const A yv = to_acc(yr[c]), gv = to_acc(gr[c]);
-      dr[c] = from_acc<T>(log ? gv - math::exp(yv) * dot : yv * (gv - dot));
+      dr[c] = from_acc<D>(log ? gv - math::exp(yv) * dot : yv * (gv - dot));
     }
+  }
+}
+
+template <typename T, typename Y>
+void launch_softmax(const Tensor& x, bool log, const Tensor& out, cudaStream_t stream) {
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  const T* xp = device_data<T>(x);
+  Y* yp = device_data<Y>(out);
+  if (cols <= kWarpRowMax) {
+    with_items(cols, [&](auto items) {
+      softmax_warp_kernel<T, Y, decltype(items)::value>
+          <<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * 32, 0, stream>>>(
+              xp, yp, rows, static_cast<int>(cols), log);
+    });
+  } else {
+    softmax_block_kernel<T, Y>
+        <<<grid_for(rows, 1), kRowBlock, 0, stream>>>(xp, yp, rows, cols, log);
+  }
+}
+
+template <typename T, typename Y, typename D>
+void launch_softmax_backward(const Tensor& y, const Tensor& grad, bool log, const Tensor& out,
+                             cudaStream_t stream) {
+  const std::int64_t rows = y.size(0), cols = y.size(1);
+  const Y* yp = device_data<Y>(y);
+  const T* gp = device_data<T>(grad);
+  D* dp = device_data<D>(out);
+  if (cols <= kWarpRowMax) {
+    with_items(cols, [&](auto items) {
+      softmax_backward_warp_kernel<T, Y, D, decltype(items)::value>
+          <<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * 32, 0, stream>>>(
+              yp, gp, dp, rows, static_cast<int>(cols), log);
+    });
+  } else {
+    softmax_backward_block_kernel<T, Y, D>
+        <<<grid_for(rows, 1), kRowBlock, 0, stream>>>(yp, gp, dp, rows, cols, log);
   }
 }
 
@@ -162,24 +200,16 @@ __global__ void __launch_bounds__(kRowBlock)
 void CudaBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
   const char* op = log ? "log_softmax" : "softmax";
   check_softmax_args(op, {&x, &out}, *this);
-  const std::int64_t rows = x.size(0), cols = x.size(1);
   if (x.numel() == 0) return;
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* xp = device_data<T>(x);
-    T* yp = device_data<T>(out);
-    if (cols <= kWarpRowMax) {
-      with_items(cols, [&](auto items) {
-        softmax_warp_kernel<T, decltype(items)::value>
-            <<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * 32, 0, stream()>>>(
-                xp, yp, rows, static_cast<int>(cols), log);
-      });
-    } else {
-      softmax_block_kernel<T>
-          <<<grid_for(rows, 1), kRowBlock, 0, stream()>>>(xp, yp, rows, cols, log);
-    }
-    TF_CUDA_CHECK_LAUNCH(op);
-  });
+  if (x.dtype() != out.dtype()) {  // float32 rounded into bfloat16 (checked)
+    launch_softmax<float, bf16>(x, log, out, stream());
+  } else {
+    dispatch_floating(x.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      launch_softmax<T, T>(x, log, out, stream());
+    });
+  }
+  TF_CUDA_CHECK_LAUNCH(op);
 }
 
 // y (the forward's output), grad, out: [R, C]
@@ -187,25 +217,21 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& grad, bool log
                                    const Tensor& out) {
   const char* op = log ? "log_softmax_backward" : "softmax_backward";
   check_softmax_args(op, {&y, &grad, &out}, *this);
-  const std::int64_t rows = y.size(0), cols = y.size(1);
   if (y.numel() == 0) return;
-  dispatch_floating(y.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* yp = device_data<T>(y);
-    const T* gp = device_data<T>(grad);
-    T* dp = device_data<T>(out);
-    if (cols <= kWarpRowMax) {
-      with_items(cols, [&](auto items) {
-        softmax_backward_warp_kernel<T, decltype(items)::value>
-            <<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * 32, 0, stream()>>>(
-                yp, gp, dp, rows, static_cast<int>(cols), log);
-      });
-    } else {
-      softmax_backward_block_kernel<T>
-          <<<grid_for(rows, 1), kRowBlock, 0, stream()>>>(yp, gp, dp, rows, cols, log);
-    }
-    TF_CUDA_CHECK_LAUNCH(op);
-  });
+  const bool y16 = y.dtype() != grad.dtype(), out16 = out.dtype() != grad.dtype();
+  if (y16 && out16) {  // mixed precision (checked): float32 grad, bfloat16 y and/or out
+    launch_softmax_backward<float, bf16, bf16>(y, grad, log, out, stream());
+  } else if (y16) {
+    launch_softmax_backward<float, bf16, float>(y, grad, log, out, stream());
+  } else if (out16) {
+    launch_softmax_backward<float, float, bf16>(y, grad, log, out, stream());
+  } else {
+    dispatch_floating(grad.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      launch_softmax_backward<T, T, T>(y, grad, log, out, stream());
+    });
+  }
+  TF_CUDA_CHECK_LAUNCH(op);
 }
 
 }  // namespace tinyformer::cuda

@@ -18,6 +18,7 @@
 #include "core/allocator.h"
 #include "core/backend.h"
 #include "core/bfloat16.h"
+#include "core/profiler.h"
 
 using namespace tinyformer;
 
@@ -185,18 +186,19 @@ TEST_CASE("autocast: a backward runs under the autocast dtype of its forward") {
 }
 
 TEST_CASE("autocast: fused attention's products, forward and backward, in bfloat16") {
-  // The CPU backend has bfloat16 products but float32 softmax and elementwise kernels, so the
-  // attention stays float32 between its two products, which round their operands.
+  // The products round their float32 operands; softmax writes P in bfloat16 (its sums in
+  // float32), and its backward reads that P and writes dS in bfloat16, for the products.
   manual_seed(5);
   const Tensor q = randn32({2, 2, 7, 8}), k = randn32({2, 2, 9, 8}), v = randn32({2, 2, 9, 8});
   const Tensor r = randn32({2, 2, 7, 8});
+  Tensor probs;
   auto run = [&](bool autocast) {
     const Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(),
                  vg = v.detach().requires_grad_();
     Tensor out;
     {
       const AutocastGuard guard(autocast ? DType::bfloat16 : DType::float32);
-      out = fused_attention(qg, kg, vg, Tensor(), {});
+      out = fused_attention(qg, kg, vg, Tensor(), {.probs = &probs});
     }
     CHECK(out.dtype() == DType::float32);
     sum(out * r).backward();
@@ -212,13 +214,66 @@ TEST_CASE("autocast: fused attention's products, forward and backward, in bfloat
     CHECK(diff <= 0.05 * scale);  // a few bfloat16 roundings through softmax
     CHECK(diff > 1e-5 * scale);   // and not float32
   }
-  // The forward equals the composition with its two products rounded explicitly.
+  // The forward equals the composition with its products' operands and P rounded explicitly.
   const double scale = 1.0 / std::sqrt(8.0);
   const Tensor s = product32(mul(q, scalar_tensor(scale)).to(DType::bfloat16),
                              k.transpose(-2, -1).to(DType::bfloat16));
-  const Tensor p = softmax(s, -1);
-  const Tensor want = product32(p.to(DType::bfloat16), v.to(DType::bfloat16));
+  const Tensor p = empty(s.shape(), {.dtype = DType::bfloat16});
+  backend(Device::cpu()).softmax(s.view({-1, 9}), false, p.view({-1, 9}));
+  const Tensor want = product32(p, v.to(DType::bfloat16));
   CHECK(bitwise_equal(mixed[0], want));
+  // The probabilities handed out are that P, widened.
+  REQUIRE(probs.defined());
+  CHECK(probs.dtype() == DType::float32);
+  CHECK(bitwise_equal(probs, p.to(DType::float32)));
+  // ... and P is the float32 softmax rounded once.
+  CHECK(max(abs(probs - softmax(s, -1))).item<double>() <= std::ldexp(1.0, -9));
+}
+
+TEST_CASE("autocast: fused attention rounds no [n, m] tensor in a pass of its own") {
+  // Under bfloat16 autocast, P and dS are written in bfloat16 by softmax and its backward: no
+  // copy of a scores-sized tensor runs, forward or backward (the query, key, value and the
+  // incoming gradient, [n, d] and [m, d] tensors, are rounded for the products).
+  manual_seed(12);
+  const std::int64_t n = 48, m = 40, d = 8;
+  const Tensor q = randn32({2, 3, n, d}).requires_grad_(),
+               k = randn32({2, 3, m, d}).requires_grad_(),
+               v = randn32({2, 3, m, d}).requires_grad_();
+  const Profiler profiler(true);
+  {
+    const AutocastGuard guard(DType::bfloat16);
+    sum(fused_attention(q, k, v, Tensor(), {})).backward();
+  }
+  // Without bfloat16 product kernels (oneDNN capped below AVX-512) the products widen their
+  // bfloat16 operands, P and dS among them: that fallback's copies are not counted.
+  const bool fallback =
+      runtime_info().find("bfloat16 products: no oneDNN kernel") != std::string::npos;
+  bool softmax_ran = false, softmax_backward_ran = false;
+  for (const OpProfile& row : profiler.ops()) {
+    INFO(row.name);
+    if (!fallback && row.name.rfind("copy", 0) == 0) {
+      // A copy's bytes (read and written) per call: a rounded P or dS would be 6 per element of
+      // [2, 3, n, m]; rounding a [2, 3, n, d] operand is a fifth of that.
+      CHECK(row.bytes / static_cast<double>(row.calls) < 2.0 * 2 * 3 * n * m);
+    }
+    // The profiler counts the bytes of operands and out: softmax reads float32 S and writes
+    // bfloat16 P (6 bytes an element, 8 in float32); its backward reads bfloat16 P and float32
+    // dP and writes bfloat16 dS (8 bytes, 12 in float32).
+    const double elements = 2.0 * 3 * n * m;
+    if (row.name == "softmax") {
+      softmax_ran = true;
+      CHECK(row.bytes == 6.0 * elements);
+    }
+    if (row.name == "softmax_backward") {
+      softmax_backward_ran = true;
+      CHECK(row.bytes == 8.0 * elements);
+    }
+  }
+  CHECK(softmax_ran);
+  CHECK(softmax_backward_ran);
+  CHECK(q.grad().defined());
+  CHECK(k.grad().defined());
+  CHECK(v.grad().defined());
 }
 
 TEST_CASE("autocast: gradients reach float32 masters in float32, within bfloat16 of float64") {

@@ -143,6 +143,102 @@ TEST_CASE("parity: softmax of masked (-inf) rows matches the reference, NaN for 
   }
 }
 
+// The same bits: a and b (same shape and dtype, on any device) hold the same values, NaN where
+// the other has NaN.
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x =
+      raw::to_device(raw::to_dtype(a, DType::float64), Device::cpu()).to_vector<double>();
+  const std::vector<double> y =
+      raw::to_device(raw::to_dtype(b, DType::float64), Device::cpu()).to_vector<double>();
+  if (x.size() != y.size()) return false;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (!(x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i])))) return false;
+  }
+  return true;
+}
+
+// A bfloat16 result against the reference's, both rounded from their own sums: equal but where
+// the two sums straddle a rounding boundary (then one bfloat16 step apart). A kernel that
+// truncates, or rounds twice, differs in about half of the elements and fails the count.
+void check_same_rounding(const Pair& p, const std::string& what) {
+  const std::vector<double> got =
+      raw::to_device(raw::to_dtype(p.dev, DType::float64), Device::cpu()).to_vector<double>();
+  const std::vector<double> want = raw::to_dtype(p.ref, DType::float64).to_vector<double>();
+  REQUIRE(got.size() == want.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]))) continue;
+    ++differ;
+    const double step = std::ldexp(std::fabs(want[i]), -7);  // at least one bfloat16 step
+    CHECK_MESSAGE(std::fabs(got[i] - want[i]) <= step + 1e-38, what, ": element ", i, " got ",
+                  got[i], ", want ", want[i]);
+  }
+  INFO(what << ": " << differ << " of " << got.size() << " elements differ by one step");
+  CHECK(differ * 50 <= got.size());
+}
+
+TEST_CASE("parity: mixed precision softmax: float32 in, bfloat16 out, and its backward") {
+  if (!available()) return;
+  std::uint64_t seed = 300;
+  for (const std::int64_t cols : kCols) {
+    const std::int64_t rows = cols > 1024 ? 9 : 133;
+    for (const bool log : {false, true}) {
+      const std::string what =
+          describe(log ? "log_softmax" : "softmax", DType::float32, rows, cols) + " -> bfloat16";
+      const Pair x = uniform({rows, cols}, DType::float32, ++seed, -30.0, 30.0);
+      const Pair y = make_output({rows, cols}, DType::bfloat16);
+      dev().softmax(x.dev, log, y.dev);
+      ref().softmax(x.ref, log, y.ref);
+      if (log) {
+        // x - max - log(sum) cancels near the row's max: float32's absolute error there is an
+        // ulp of the logits' range (as in the float32 case above), which can move a value across
+        // a rounding boundary: one bfloat16 step.
+        check_close(y, what + " forward", 8e-3, 1e-5);
+      } else {
+        check_same_rounding(y, what + " forward");
+      }
+
+      // The backward reads a bfloat16 y (the reference's, on both sides) and a float32 grad,
+      // and writes float32 or bfloat16; the bfloat16 out must be the float32 one rounded.
+      const Pair y_in = on_both(y.ref);
+      const Pair g = uniform({rows, cols}, DType::float32, ++seed);
+      const Pair dx32 = make_output({rows, cols}, DType::float32);
+      dev().softmax_backward(y_in.dev, g.dev, log, dx32.dev);
+      ref().softmax_backward(y_in.ref, g.ref, log, dx32.ref);
+      // The float32 sum over the row carries an absolute error growing with C (as above).
+      check_close(dx32, what + " backward, float32 out", 1e-5,
+                  1e-6 + 1e-8 * static_cast<double>(cols));
+      const Tensor dx16 = make_output({rows, cols}, DType::bfloat16).dev;
+      dev().softmax_backward(y_in.dev, g.dev, log, dx16);
+      CHECK_MESSAGE(
+          bitwise_equal(raw::to_dtype(dx16, DType::float32),
+                        raw::to_dtype(raw::to_dtype(dx32.dev, DType::bfloat16), DType::float32)),
+          what, " backward: the bfloat16 out is the float32 one rounded");
+      // A float32 y with a bfloat16 out.
+      const Pair y32 = on_both(raw::to_dtype(y.ref, DType::float32));
+      const Tensor dx32b = make_output({rows, cols}, DType::float32).dev;
+      const Tensor dx16b = make_output({rows, cols}, DType::bfloat16).dev;
+      dev().softmax_backward(y32.dev, g.dev, log, dx32b);
+      dev().softmax_backward(y32.dev, g.dev, log, dx16b);
+      CHECK_MESSAGE(
+          bitwise_equal(raw::to_dtype(dx16b, DType::float32),
+                        raw::to_dtype(raw::to_dtype(dx32b, DType::bfloat16), DType::float32)),
+          what, " backward, float32 y: the bfloat16 out is the float32 one rounded");
+    }
+  }
+  // The pairs mixed precision does not use are errors: a bfloat16 x into a float32 out, a
+  // float64 computation with a bfloat16 out, a bfloat16 grad with a float32 y.
+  const Pair x = uniform({4, 6}, DType::float32, 1);
+  const Tensor x16 = raw::to_dtype(x.dev, DType::bfloat16);
+  const Tensor out32 = make_output({4, 6}, DType::float32).dev;
+  const Tensor out16 = make_output({4, 6}, DType::bfloat16).dev;
+  CHECK_THROWS_AS(dev().softmax(x16, false, out32), Error);
+  CHECK_THROWS_AS(dev().softmax(raw::to_dtype(x.dev, DType::float64), false, out16), Error);
+  CHECK_THROWS_AS(dev().softmax_backward(x.dev, x16, false, out32), Error);
+  CHECK_THROWS_AS(dev().softmax_backward(x16, raw::to_dtype(x.dev, DType::float64), false, out16),
+                  Error);
+}
+
 TEST_CASE("parity: softmax: bad input throws Error") {
   if (!available()) return;
   const Pair x = uniform({4, 6}, DType::float32, 1);
