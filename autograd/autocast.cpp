@@ -35,29 +35,10 @@ thread_local std::optional<DType> current_dtype;
 thread_local const AutocastCache* current_cache = nullptr;
 thread_local AutocastCasts* current_casts = nullptr;
 
-// `t` in `dtype`. A t whose elements fill a dense block in some dim order (a transposed or
-// permuted view of a contiguous tensor: P^T for dV = P^T dO, g^T for dW = g^T x) is converted
-// in memory order and keeps its strides, so the rounding streams through memory instead of
-// transposing; anything else becomes contiguous.
-Tensor converted_in_place_order(const Tensor& t, DType dtype) {
-  const std::optional<std::vector<std::int64_t>> order = memory_order(t);
-  if (!order) return raw::contiguous(raw::to_dtype(t, dtype));
-  Shape memory_shape;
-  for (std::int64_t d : *order) memory_shape.push_back(t.size(d));
-  const Shape memory_strides = contiguous_strides(memory_shape);
-  const Tensor converted = raw::to_dtype(
-      raw::as_strided(t, memory_shape, memory_strides, t.offset()), dtype);  // dense: a stream
-  Shape strides(t.shape().size());
-  for (std::size_t i = 0; i < order->size(); ++i) {
-    strides[static_cast<std::size_t>((*order)[i])] = memory_strides[i];
-  }
-  return raw::as_strided(converted, t.shape(), strides, converted.offset());
-}
-
-// `t` in `dtype` (converted_in_place_order): the copy made earlier under this guard while both
+// `t` in `dtype` (converted_in_memory_order): the copy made earlier under this guard while both
 // are alive, else a new one, remembered.
 Tensor rounded_activation(const Tensor& t, DType dtype) {
-  if (current_casts == nullptr) return converted_in_place_order(t, dtype);
+  if (current_casts == nullptr) return converted_in_memory_order(t, dtype);
   auto& by_storage = current_casts->entries;
   if (by_storage.size() > 4096) {  // a guard held over many steps: forget what is gone
     std::erase_if(by_storage, [](const auto& kv) {
@@ -84,7 +65,7 @@ Tensor rounded_activation(const Tensor& t, DType dtype) {
     }
     ++it;
   }
-  Tensor result = converted_in_place_order(t, dtype);
+  Tensor result = converted_in_memory_order(t, dtype);
   entries.push_back({.source = t.storage(),
                      .offset = t.offset(),
                      .shape = t.shape(),

@@ -37,4 +37,23 @@ std::optional<std::vector<std::int64_t>> memory_order(const Tensor& t) {
   return order;
 }
 
+// `t` in `dtype`. A t whose elements fill a dense block in some dim order (a transposed or
+// permuted view of a contiguous tensor: P^T for dV = P^T dO, g^T for dW = g^T x) is converted
+// in memory order and keeps its strides, so the rounding streams through memory instead of
+// transposing; anything else becomes contiguous.
+Tensor converted_in_memory_order(const Tensor& t, DType dtype) {
+  const std::optional<std::vector<std::int64_t>> order = memory_order(t);
+  if (!order) return raw::contiguous(raw::to_dtype(t, dtype));
+  Shape memory_shape;
+  for (std::int64_t d : *order) memory_shape.push_back(t.size(d));
+  const Shape memory_strides = contiguous_strides(memory_shape);
+  const Tensor converted = raw::to_dtype(
+      raw::as_strided(t, memory_shape, memory_strides, t.offset()), dtype);  // dense: a stream
+  Shape strides(t.shape().size());
+  for (std::size_t i = 0; i < order->size(); ++i) {
+    strides[static_cast<std::size_t>((*order)[i])] = memory_strides[i];
+  }
+  return raw::as_strided(converted, t.shape(), strides, converted.offset());
+}
+
 }  // namespace tinyformer

@@ -20,4 +20,9 @@ std::optional<std::int64_t> collapsed_stride(const Tensor& t, std::int64_t n);
 // Size-1 dims take whatever place their stride gives them: it does not change the memory.
 std::optional<std::vector<std::int64_t>> memory_order(const Tensor& t);
 
+// `t` converted to `dtype` (no graph). A t whose elements fill a dense block in some dim order (a
+// transposed or permuted view) keeps its strides, the conversion streaming through memory;
+// anything else becomes contiguous.
+Tensor converted_in_memory_order(const Tensor& t, DType dtype);
+
 }  // namespace tinyformer

@@ -94,6 +94,24 @@ Tensor empty_in_order(const Shape& shape, const std::vector<std::int64_t>& order
   return raw::as_strided(storage, shape, strides, storage.offset());
 }
 
+// t: [batch..., R, C] as one [R, batch*C] matrix, when its batch dims and its columns lie one
+// after the other in memory, the columns innermost, and the rows do not overlap them (an
+// [H, n, d] view of an [n, H, d] buffer is the [n, H*d] buffer); nullopt otherwise.
+std::optional<Tensor> columns_folded(const Tensor& t, std::int64_t nb) {
+  std::vector<std::int64_t> sizes, strides;
+  for (std::int64_t d = 0; d <= nb; ++d) {
+    const std::int64_t dim = d < nb ? d : t.dim() - 1;
+    sizes.push_back(t.size(dim));
+    strides.push_back(t.stride(dim));
+  }
+  const Tensor columns = raw::as_strided(t, sizes, strides, t.offset());
+  if (collapsed_stride(columns, columns.dim()) != 1) return std::nullopt;
+  const std::int64_t width = columns.numel();
+  if (t.size(-2) > 1 && t.stride(-2) < width) return std::nullopt;
+  return raw::as_strided(t, {1, t.size(-2), width},
+                         {0, std::max<std::int64_t>(t.stride(-2), width), 1}, t.offset());
+}
+
 // out = a @ b with a: [batch..., M, K], b: [batch..., K, N] (the same batch dims) into out:
 // [batch..., M, N] (row-major matrices, any batch strides); no graph.
 void product_into(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -120,6 +138,19 @@ void product_into(const Tensor& a, const Tensor& b, const Tensor& out) {
       return;
     }
   }
+  // One matrix a shared by the whole batch on the left (Linformer's E against the heads): when
+  // the batch dims of b and out fold into their columns (heads that are [H, n, d] views of
+  // [n, H, d] buffers), one GEMM [M, K] x [K, batch*N] instead of a batch of narrow ones.
+  if (nb > 0 && collapsed_stride(a, nb) == 0) {
+    const auto b_wide = columns_folded(b, nb), out_wide = columns_folded(out, nb);
+    if (b_wide && out_wide) {
+      Tensor a3 =
+          raw::as_strided(a, {1, a.size(-2), k}, {0, a.stride(-2), a.stride(-1)}, a.offset());
+      if (!blas_layout(a3)) a3 = packed(a3);
+      be.matmul(a3, *b_wide, *out_wide);
+      return;
+    }
+  }
   // Batch dims that no single stride walks (attention's heads inside the rows of a
   // [B, n, H, d] buffer): one product per entry of the outermost, each with one batch dim fewer.
   if (nb >= 2 &&
@@ -137,6 +168,14 @@ void product_into(const Tensor& a, const Tensor& b, const Tensor& out) {
 }
 
 using DimOrder = std::optional<std::vector<std::int64_t>>;
+
+// A mixed product's incoming float32 gradient in the operands' dtype, differentiably, keeping
+// its layout (one laid out like permuted heads stays so, and the products read it in place).
+Tensor to_in_memory_order(const Tensor& x, DType dtype) {
+  const DType from = x.dtype();
+  return record("to_dtype", converted_in_memory_order(x, dtype), {x},
+                [from](const Tensor& g) { return std::vector<Tensor>{raw::to_dtype(g, from)}; });
+}
 
 Tensor matmul_impl(const Tensor& a, const Tensor& b, const DimOrder& out_order,
                    std::optional<DType> result_dtype = std::nullopt);
@@ -280,8 +319,8 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const DimOrder& out_order,
   const DimOrder b_order =
       b_column_major ? gradient_order(swapped(b2), b_full_t) : gradient_order(b2, b_full);
   return record("matmul", out, {a, b}, [=](const Tensor& g) {
-    Tensor g2 = reshape(g, out_full);                             // [batch..., M, N]
-    if (g2.dtype() != operand_dtype) g2 = to(g2, operand_dtype);  // a mixed product's gradient
+    Tensor g2 = reshape(g, out_full);  // [batch..., M, N]
+    if (g2.dtype() != operand_dtype) g2 = to_in_memory_order(g2, operand_dtype);
     Tensor ga, gb;
     if (sb.defined() && a_shared && !batch.empty()) {
       ga = shared_left_gradient(g2, sb, a_column_major, out_dtype);

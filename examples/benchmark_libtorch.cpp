@@ -1093,7 +1093,7 @@ int main(int argc, char** argv) {
           const tf::Profiler profiler(/*by_shape=*/true);
           train_ours(c);
           profiles.push_back("tinyformer forward+backward, n=" + std::to_string(n) + ", " +
-                             c.label() + ":\n" + profiler.table());
+                             c.label() + ":\n" + profiler.table(60));
         }
         std::fflush(stdout);
         tf::empty_cache();  // the next case should not start with this one's cached blocks

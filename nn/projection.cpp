@@ -211,7 +211,10 @@ Tensor LinearProjection::forward(const Tensor& x) const {
   // E: [heads, k, n] broadcasts over the batch (and over the heads when shared).
   Tensor e = weight.narrow(2, 0, n);
   if (weight.size(0) == 1) e = e.select(0, 0);
-  return matmul(e, x);
+  // Laid out like x: heads that are [B, H, n, d] views of a [B, n, H, d] buffer give [B, H, k, d]
+  // views of a [B, k, H, d] one, and one E for all heads is then one product per sequence,
+  // [k, n] x [n, H*d] (autograd/linalg.cpp), forward and for x's gradient.
+  return matmul_like(e, x, x);
 }
 
 Projected LinearProjection::project(const Tensor& x, const Tensor& key_padding_mask) const {
