@@ -36,9 +36,17 @@ std::vector<Tensor> Node::apply(const Tensor& grad) {
 std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad) {
   auto leaf = leaf_.lock();
   if (!leaf) return {};
-  // The leaf owns its gradient's memory, so optimizers and clipping may update it in place.
+  // The leaf owns its gradient's memory, so optimizers and clipping may update it in place. A
+  // gradient that nothing else holds (the engine passes its only handle), dense over its whole
+  // storage and outside any graph, becomes the leaf's as it is; any other is copied.
   if (!leaf->grad.defined()) {
-    leaf->grad = raw::contiguous(grad).is_same(grad) ? grad.clone() : raw::contiguous(grad);
+    const bool take = grad.is_sole_owner() && grad.is_contiguous() && !grad.requires_grad() &&
+                      grad.offset() == 0 && grad.storage() != nullptr &&
+                      grad.storage()->nbytes() ==
+                          static_cast<std::size_t>(grad.numel()) * element_size(grad.dtype());
+    leaf->grad = take                                  ? grad
+                 : raw::contiguous(grad).is_same(grad) ? grad.clone()
+                                                       : raw::contiguous(grad);
   } else {
     leaf->grad = add(leaf->grad, grad);
   }

@@ -56,6 +56,11 @@ const std::shared_ptr<Storage>& Tensor::storage() const {
   return impl_->storage;
 }
 
+bool Tensor::is_sole_owner() const {
+  return impl_ != nullptr && impl_.use_count() == 1 &&
+         (impl_->storage == nullptr || impl_->storage.use_count() == 1);
+}
+
 bool Tensor::is_contiguous() const {
   const Shape& s = shape();
   if (shape_numel(s) == 0) return true;  // no element to misplace, as in PyTorch

@@ -68,6 +68,9 @@ class Tensor {
   // Same storage, no autograd history (the result never requires grad).
   Tensor detach() const;
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  // True when this handle is the only one to its tensor and no other tensor shares its storage:
+  // nothing else can read or write its elements.
+  bool is_sole_owner() const;
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 

@@ -61,6 +61,33 @@ TEST_CASE("a tensor used by several consumers accumulates their gradients") {
   CHECK_FALSE(x.grad().defined());
 }
 
+TEST_CASE("a leaf's first gradient is its own memory, taken or copied") {
+  // add's backward hands the same gradient to both leaves: each must get its own copy, so that
+  // updating one in place leaves the other alone.
+  Tensor a = leaf({1.0, 2.0}, {2}), b = leaf({3.0, 4.0}, {2});
+  tf::sum((a + b) * 3.0).backward();
+  tf::raw::fill(a.grad(), 7.0);
+  CHECK(values(a.grad()) == std::vector<double>{7.0, 7.0});
+  CHECK(values(b.grad()) == std::vector<double>{3.0, 3.0});
+  // A gradient the caller still holds (the seed of a leaf's own backward) is copied too.
+  Tensor c = leaf({1.0, 2.0}, {2});
+  const Tensor seed = tf::from<double>({5.0, 6.0}, {2});
+  c.backward(seed);
+  CHECK(values(c.grad()) == std::vector<double>{5.0, 6.0});
+  tf::raw::fill(c.grad(), 7.0);
+  CHECK(values(seed) == std::vector<double>{5.0, 6.0});
+  // A gradient only the engine holds (here the product's) is taken without a copy; the next
+  // backward adds into it.
+  Tensor w = leaf({1.0, 2.0, 3.0, 4.0}, {2, 2});
+  const Tensor x = tf::from<double>({1.0, 1.0}, {2, 1});
+  tf::sum(tf::matmul(w, x)).backward();
+  const Tensor first = w.grad();
+  CHECK(values(first) == std::vector<double>{1.0, 1.0, 1.0, 1.0});
+  tf::sum(tf::matmul(w, x)).backward();
+  CHECK(values(w.grad()) == std::vector<double>{2.0, 2.0, 2.0, 2.0});
+  CHECK(values(first) == std::vector<double>{1.0, 1.0, 1.0, 1.0});  // a new tensor, not in place
+}
+
 TEST_CASE("broadcast gradients are summed back to each operand's shape") {
   Tensor a = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor b = leaf({10, 20, 30}, {3});

@@ -96,15 +96,13 @@ TEST_CASE("A linear layer's backward makes no copy: the weight gradient comes ou
   Tensor loss = tf::sum(y * r);
   tf::Profiler profiler(/*by_shape=*/true);
   loss.backward();
-  // The only copies are of contiguous sources: the two gradients stored into the leaves' grad.
-  // A transposed weight gradient would show as "copy [6x4] strides [1,6]".
+  // No copy at all: both gradients come out of their products contiguous and become the leaves'
+  // grad as they are. A transposed weight gradient would show as "copy [6x4] strides [1,6]".
   std::vector<std::string> copies;
   for (const tf::OpProfile& op : profiler.ops()) {
     if (op.name.rfind("copy", 0) == 0) copies.push_back(op.name);
   }
-  std::sort(copies.begin(), copies.end());
-  CHECK(copies ==
-        std::vector<std::string>{"copy [5x3x4] strides [12,4,1]", "copy [6x4] strides [4,1]"});
+  CHECK(copies.empty());
   CHECK(w.grad().is_contiguous());
   CHECK(x.grad().is_contiguous());
 }
