@@ -5,8 +5,8 @@
 //   float32, larger or batched: one oneDNN matmul primitive for the whole batch, transposes and
 //     batch stride in its memory descriptors, broadcast operands as a batch of one;
 //   float32 with a transposed first operand (every weight gradient, attention's dV and dK):
-//     cblas_sgemm per batch element where OpenBLAS's kernels are as wide as oneDNN's
-//     (blas_as_wide_as_dnnl), since oneDNN 2.6 reads such an operand at half speed on AVX2;
+//     cblas_sgemm per batch element where oneDNN runs below AVX-512 (transposed_first_on_blas),
+//     since oneDNN 2.6 reads such an operand at half speed on AVX2; oneDNN on AVX-512;
 //   float64: cblas_dgemm per batch element (oneDNN has no float64 matmul);
 //   bfloat16: one oneDNN bfloat16 product with float32 accumulation where oneDNN has a bfloat16
 //     kernel for this CPU (bf16_matmul_native), else float32 products of the widened operands;
@@ -19,7 +19,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <cctype>
 #include <climits>
 #include <cstring>
 #include <optional>
@@ -134,25 +133,18 @@ Tensor converted(const Tensor& t, DType dtype) {
   return broadcast ? raw::expand(result, t.shape(), "matmul") : result;
 }
 
-// True when OpenBLAS's float32 kernels are as wide as oneDNN's on this CPU. False on an AVX-512
-// CPU whose OpenBLAS runs AVX2 kernels (OPENBLAS_CORETYPE=Haswell, or a build that does not
-// know the CPU): there the cblas routes of the dispatch policy would run at half speed.
-bool blas_as_wide_as_dnnl() {
-  static const bool wide = [] {
+// True where a float32 product with a transposed first operand runs faster on OpenBLAS than on
+// oneDNN: where oneDNN runs below AVX-512, whose kernels read such an operand at half speed,
+// and OpenBLAS's are as wide. On AVX-512, oneDNN is ahead (docs/matmul.md).
+bool transposed_first_on_blas() {
+  static const bool blas = [] {
     const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
     const bool dnnl_avx512 =
         isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
         isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
-    if (!dnnl_avx512) return true;
-    std::string core = openblas_get_corename();
-    std::transform(core.begin(), core.end(), core.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    for (const char* avx512_core : {"skylakex", "cooperlake", "sapphirerapids"}) {
-      if (core.find(avx512_core) != std::string::npos) return true;
-    }
-    return false;
+    return !dnnl_avx512;
   }();
-  return wide;
+  return blas;
 }
 
 // float32 operands under MatmulPrecision::bf16 on a CPU with bfloat16 instructions: the operands
@@ -229,9 +221,9 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   } else if (!mixed && out.dtype() == DType::float32 && runs == 1 && m * n * k <= kSmallGemm) {
     matmul_blas(pa, pb, out.data<float>(), c, 1, m, k, n);
   } else if (!mixed && out.dtype() == DType::float32 && pa.layout.transposed && m > 1 &&
-             blas_as_wide_as_dnnl()) {
-    // A column-major first operand (the gradients dW = g^T x and dV = P^T dO): oneDNN 2.6 runs
-    // these at half its speed, OpenBLAS at full speed (see the dispatch policy above).
+             transposed_first_on_blas()) {
+    // A column-major first operand (the gradients dW = g^T x and dV = P^T dO) below AVX-512:
+    // oneDNN 2.6 runs these at half its speed, OpenBLAS at full speed (the policy above).
     matmul_blas(pa, pb, out.data<float>(), c, runs, m, k, n);
   } else {
     const Tensor first =
