@@ -191,17 +191,10 @@ Tensor rows_first(const Tensor& t) {
 }
 
 // Whether rows_first(t) is a view with unit column stride: the batch dims and the columns of
-// t lie one after the other in memory, the columns innermost.
+// t lie one after the other in memory, the columns innermost (columns_folded).
 bool rows_first_in_place(const Tensor& t) {
   if (t.dim() == 2) return t.stride(-1) == 1 || t.size(-1) == 1;
-  std::vector<std::int64_t> sizes, strides;
-  for (std::int64_t d = 0; d < t.dim(); ++d) {
-    if (d == t.dim() - 2) continue;  // the rows
-    sizes.push_back(t.size(d));
-    strides.push_back(t.stride(d));
-  }
-  const Tensor columns = raw::as_strided(t, sizes, strides, t.offset());
-  return collapsed_stride(columns, columns.dim()) == 1;
+  return columns_folded(t, t.dim() - 2).has_value();
 }
 
 // The gradient of a matrix a: [M, K] shared by every batch entry of a @ b, b: [batch..., K, N],
