@@ -78,6 +78,28 @@ Tensor padding_mask(const std::vector<std::int64_t>& lengths, std::int64_t n) {
   return from<bool>(padded, {static_cast<std::int64_t>(lengths.size()), n});
 }
 
+// Every weight of the attention probabilities p ([B, H, n, k]): exactly 0 for a summary row r
+// that excluded(b, h, r) says is empty, above 0 for every other row.
+template <typename Excluded>
+void check_excluded_rows(const Tensor& p, Excluded excluded) {
+  REQUIRE(p.dim() == 4);
+  const std::int64_t batch = p.size(0), heads = p.size(1), n = p.size(2), k = p.size(3);
+  const auto w = p.to_vector<float>();
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        for (std::int64_t r = 0; r < k; ++r) {
+          CAPTURE(b);
+          CAPTURE(h);
+          CAPTURE(r);
+          const float weight = w[static_cast<std::size_t>(((b * heads + h) * n + i) * k + r)];
+          CHECK((excluded(b, h, r) ? weight == 0.0f : weight > 0.0f));
+        }
+      }
+    }
+  }
+}
+
 // The lengths the sweep covers: 1, 2, k-1, k, k+1, 33, 100, max_seq_len, those in 1..max_seq_len.
 std::vector<std::int64_t> sweep_lengths(std::int64_t k, std::int64_t max_seq_len) {
   std::set<std::int64_t> lengths;
@@ -453,19 +475,9 @@ TEST_CASE("keys and values of different kinds: a row empty for either is exclude
   // Sequence 0: mean has no empty row, conv leaves rows 2 and 3 empty (they start at 8, 12).
   // Sequence 1: mean leaves rows 2 and 3 empty (2 < k), conv rows 1, 2 and 3.
   const std::vector<std::set<std::int64_t>> empty = {{2, 3}, {1, 2, 3}};
-  const auto p = layer.last_attention().to_vector<float>();  // [2, 2, 6, 4]
-  for (std::int64_t b = 0; b < 2; ++b) {
-    for (std::int64_t h = 0; h < 2; ++h) {
-      for (std::int64_t i = 0; i < 6; ++i) {
-        for (std::int64_t r = 0; r < 4; ++r) {
-          CAPTURE(b);
-          CAPTURE(r);
-          const float w = p[static_cast<std::size_t>(((b * 2 + h) * 6 + i) * 4 + r)];
-          CHECK((empty[static_cast<std::size_t>(b)].count(r) ? w == 0.0f : w > 0.0f));
-        }
-      }
-    }
-  }
+  check_excluded_rows(layer.last_attention(), [&](std::int64_t b, std::int64_t, std::int64_t r) {
+    return empty[static_cast<std::size_t>(b)].count(r) > 0;
+  });
 }
 
 namespace {
@@ -499,21 +511,9 @@ TEST_CASE("empty rows per head ([B, H, k]) combine with shared ones ([B, k]) hea
       std::make_shared<ReportsEmpty>(spec, from<bool>(per_head, {2, 2, 3})));
   layer.keep_attention(true);
   layer.forward(randn({2, 6, 8}));
-  const auto p = layer.last_attention().to_vector<float>();  // [2, 2, 6, 3]
-  for (std::int64_t b = 0; b < 2; ++b) {
-    for (std::int64_t h = 0; h < 2; ++h) {
-      for (std::int64_t i = 0; i < 6; ++i) {
-        for (std::int64_t r = 0; r < 3; ++r) {
-          CAPTURE(b);
-          CAPTURE(h);
-          CAPTURE(r);
-          const bool empty = (b == 0 && r == 2) || (b == 1 && h == 1 && r == 0);
-          const float w = p[static_cast<std::size_t>(((b * 2 + h) * 6 + i) * 3 + r)];
-          CHECK((empty ? w == 0.0f : w > 0.0f));
-        }
-      }
-    }
-  }
+  check_excluded_rows(layer.last_attention(), [](std::int64_t b, std::int64_t h, std::int64_t r) {
+    return (b == 0 && r == 2) || (b == 1 && h == 1 && r == 0);
+  });
 }
 
 TEST_CASE("LinformerAttention rejects empty rows of the wrong shape or dtype") {
