@@ -86,6 +86,18 @@ void softmax_rows(const T* x, T* y, std::int64_t rows, std::int64_t cols, bool l
   });
 }
 
+// *p = v, rounded to nearest even where D is bfloat16 (v then float). The bits are written
+// directly: assigning a constructed bfloat16 keeps GCC from vectorizing the loops (measured: the
+// softmax forward and backward of [16384, 1024] 2.5x and 3x slower).
+template <typename D, typename V>
+void store(D* p, V v) {
+  if constexpr (std::is_same_v<D, bfloat16>) {
+    p->bits = bfloat16::round(v);
+  } else {
+    *p = v;
+  }
+}
+
 // The float32 forward with its result rounded to bfloat16: the exponentials of a row go to a
 // float32 scratch row, so the rounding sees the same float32 value the float32 loop writes.
 // x: [R, C] float32, y: [R, C] bfloat16
@@ -109,23 +121,13 @@ void softmax_rows_to_bfloat16(const float* x, bfloat16* y, std::int64_t rows, st
       if (log) {
         const float shift = m + math::log(sum);
 #pragma omp simd
-        for (std::int64_t i = 0; i < cols; ++i) yr[i].bits = bfloat16::round(xr[i] - shift);
+        for (std::int64_t i = 0; i < cols; ++i) store(yr + i, xr[i] - shift);
       } else {
         const float inv = 1.0f / sum;
 #pragma omp simd
-        for (std::int64_t i = 0; i < cols; ++i) yr[i].bits = bfloat16::round(e[i] * inv);
+        for (std::int64_t i = 0; i < cols; ++i) store(yr + i, e[i] * inv);
       }
     }
-  }
-}
-
-// *p = v, rounded to nearest even where D is bfloat16 (v then float)
-template <typename D, typename V>
-void store(D* p, V v) {
-  if constexpr (std::is_same_v<D, bfloat16>) {
-    p->bits = bfloat16::round(v);
-  } else {
-    *p = v;
   }
 }
 
