@@ -1,9 +1,9 @@
 // matmul with PyTorch's semantics, lowered onto the backend's one batched product
 // [B, M, K] x [B, K, N]. Broadcast and transposed operands reach the backend as strided views, and
 // the product is written into a strided out where asked (matmul_like). Batch dims that cannot be
-// walked with a single stride (attention's [B, H, n, d] view of a [B, n, H, d] buffer) are looped
-// over, one backend call per entry of the outermost; an operand is copied only when no GEMM can
-// read its matrices.
+// walked with a single stride (attention's [B, H, n, d] view of a [B, n, H, d] buffer) reach the
+// backend as two batch dims, each with its own stride (more are looped over, one backend call per
+// entry of the outermost); an operand is copied only when no GEMM can read its matrices.
 #include "autograd/linalg.h"
 
 #include <algorithm>
@@ -94,12 +94,14 @@ Tensor empty_in_order(const Shape& shape, const std::vector<std::int64_t>& order
   return raw::as_strided(storage, shape, strides, storage.offset());
 }
 
-// t: [batch..., R, C] as one [R, batch*C] matrix, when its batch dims and its columns lie one
-// after the other in memory, the columns innermost, and the rows do not overlap them (an
-// [H, n, d] view of an [n, H, d] buffer is the [n, H*d] buffer); nullopt otherwise.
-std::optional<Tensor> columns_folded(const Tensor& t, std::int64_t nb) {
+// t: [batch..., R, C] as [outer, R, inner*C], where `outer` counts t's first `nb_outer` batch
+// dims and `inner` the rest: when the inner batch dims and the columns lie one after the other in
+// memory, the columns innermost, the rows do not overlap them (an [H, n, d] view of an [n, H, d]
+// buffer is the [n, H*d] buffer), and the outer dims walk with one stride (B sequences of such
+// buffers); nullopt otherwise.
+std::optional<Tensor> columns_folded(const Tensor& t, std::int64_t nb, std::int64_t nb_outer = 0) {
   std::vector<std::int64_t> sizes, strides;
-  for (std::int64_t d = 0; d <= nb; ++d) {
+  for (std::int64_t d = nb_outer; d <= nb; ++d) {
     const std::int64_t dim = d < nb ? d : t.dim() - 1;
     sizes.push_back(t.size(dim));
     strides.push_back(t.stride(dim));
@@ -108,8 +110,18 @@ std::optional<Tensor> columns_folded(const Tensor& t, std::int64_t nb) {
   if (collapsed_stride(columns, columns.dim()) != 1) return std::nullopt;
   const std::int64_t width = columns.numel();
   if (t.size(-2) > 1 && t.stride(-2) < width) return std::nullopt;
-  return raw::as_strided(t, {1, t.size(-2), width},
-                         {0, std::max<std::int64_t>(t.stride(-2), width), 1}, t.offset());
+  const std::int64_t row_stride = std::max<std::int64_t>(t.stride(-2), width);
+  std::int64_t outer = 1;
+  for (std::int64_t d = 0; d < nb_outer; ++d) outer *= t.size(d);
+  const auto outer_stride =
+      nb_outer == 0 ? std::optional<std::int64_t>(0) : collapsed_stride(t, nb_outer);
+  // The outer entries either repeat one (stride 0) or do not overlap.
+  const std::int64_t extent = (t.size(-2) - 1) * row_stride + width;
+  if (!outer_stride || (outer > 1 && *outer_stride != 0 && *outer_stride < extent)) {
+    return std::nullopt;
+  }
+  return raw::as_strided(t, {outer, t.size(-2), width},
+                         {outer > 1 ? *outer_stride : 0, row_stride, 1}, t.offset());
 }
 
 // out = a @ b with a: [batch..., M, K], b: [batch..., K, N] (the same batch dims) into out:
@@ -139,11 +151,13 @@ void product_into(const Tensor& a, const Tensor& b, const Tensor& out) {
     }
   }
   // One matrix a shared by the whole batch on the left (Linformer's E against the heads): when
-  // the batch dims of b and out fold into their columns (heads that are [H, n, d] views of
-  // [n, H, d] buffers), one GEMM [M, K] x [K, batch*N] instead of a batch of narrow ones.
+  // the inner batch dims of b and out fold into their columns (heads that are [H, n, d] views of
+  // [n, H, d] buffers) and the outer ones walk with one stride (the sequences), one batch of
+  // GEMMs [M, K] x [K, inner*N] instead of a batch of narrow ones.
   if (nb > 0 && collapsed_stride(a, nb) == 0) {
-    const auto b_wide = columns_folded(b, nb), out_wide = columns_folded(out, nb);
-    if (b_wide && out_wide) {
+    for (std::int64_t outer = 0; outer < nb; ++outer) {
+      const auto b_wide = columns_folded(b, nb, outer), out_wide = columns_folded(out, nb, outer);
+      if (!b_wide || !out_wide) continue;
       Tensor a3 =
           raw::as_strided(a, {1, a.size(-2), k}, {0, a.stride(-2), a.stride(-1)}, a.offset());
       if (!blas_layout(a3)) a3 = packed(a3);
@@ -152,9 +166,14 @@ void product_into(const Tensor& a, const Tensor& b, const Tensor& out) {
     }
   }
   // Batch dims that no single stride walks (attention's heads inside the rows of a
-  // [B, n, H, d] buffer): one product per entry of the outermost, each with one batch dim fewer.
+  // [B, n, H, d] buffer): two of them go to the backend as they are, each with its own stride;
+  // more, one product per entry of the outermost, each with one batch dim fewer.
   if (nb >= 2 &&
       (batch_dims_split(a, nb) || batch_dims_split(b, nb) || !collapsed_stride(out, nb))) {
+    if (nb == 2) {
+      be.matmul(a, b, out);
+      return;
+    }
     for (std::int64_t i = 0; i < a.size(0); ++i) {
       product_into(entry(a, i), entry(b, i), entry(out, i));
     }
@@ -180,44 +199,40 @@ Tensor to_in_memory_order(const Tensor& x, DType dtype) {
 Tensor matmul_impl(const Tensor& a, const Tensor& b, const DimOrder& out_order,
                    std::optional<DType> result_dtype = std::nullopt);
 
-// t: [batch..., R, C] -> [R, batch... * C]: the rows to the front, the batch folded into the
-// columns (a view where the layout allows, as for a [H, n, d] view of an [n, H, d] buffer).
-Tensor rows_first(const Tensor& t) {
-  const std::int64_t nb = t.dim() - 2;
-  Shape order{nb};
-  for (std::int64_t d = 0; d < nb; ++d) order.push_back(d);
-  order.push_back(nb + 1);
-  return reshape(permute(t, order), {t.size(-2), -1});
-}
-
-// Whether rows_first(t) is a view with unit column stride: the batch dims and the columns of
+// Whether t: [batch..., R, C] read as [R, batch... * C] (the rows to the front, the batch
+// folded into the columns) is a view with unit column stride: the batch dims and the columns of
 // t lie one after the other in memory, the columns innermost (columns_folded).
 bool rows_first_in_place(const Tensor& t) {
   if (t.dim() == 2) return t.stride(-1) == 1 || t.size(-1) == 1;
   return columns_folded(t, t.dim() - 2).has_value();
 }
 
+// t: [B, batch..., R, C] -> [B, R, batch... * C]: for each entry of the first dim, the rows to
+// the front and the other batch dims folded into the columns (a view where the layout allows).
+Tensor rows_first_each(const Tensor& t) {
+  Shape order{0, t.dim() - 2};
+  for (std::int64_t d = 1; d < t.dim() - 2; ++d) order.push_back(d);
+  order.push_back(t.dim() - 1);
+  return reshape(permute(t, order), {t.size(0), t.size(-2), -1});
+}
+
 // The gradient of a matrix a: [M, K] shared by every batch entry of a @ b, b: [batch..., K, N],
 // g: [batch..., M, N]: the sum over the batch of g b^T. For each entry of the outermost batch
-// dim, the inner batch dims fold into one product [M, inner*N] x [inner*N, K] (Linformer's E
-// against keys laid out [n, H, d] per sequence: the heads fold without a copy of the keys, and
-// only the M gradient rows are packed), so a batch of products and their sum shrink to one
-// product per outer entry. Undefined when b's entries do not fold in place (the caller then
-// runs the batch of products). A column-major a gets (b g^T)^T, so the gradient reaching the
-// untransposed tensor is contiguous.
+// dim the inner batch dims fold into one product [M, inner*N] x [inner*N, K] (Linformer's E
+// against keys laid out [n, H, d] per sequence: the heads fold without a copy of the keys), so
+// the gradient is one batch of those products, summed over the outermost dim. Undefined when
+// b's entries do not fold in place (the caller then runs the batch of products). A column-major
+// a gets (b g^T)^T, so the gradient reaching the untransposed tensor is contiguous.
 Tensor shared_left_gradient(const Tensor& g, const Tensor& b, bool a_column_major,
                             DType out_dtype) {
   if (b.dim() < 4 || !rows_first_in_place(select(b, 0, 0))) return Tensor();
-  Tensor sum;
-  for (std::int64_t i = 0; i < g.size(0); ++i) {
-    const Tensor gi = rows_first(select(g, 0, i));  // [M, inner*N]
-    const Tensor bi = rows_first(select(b, 0, i));  // [K, inner*N]
-    Tensor part = a_column_major
-                      ? matmul_impl(bi, transpose(gi, 0, 1), std::nullopt, out_dtype)   // [K, M]
-                      : matmul_impl(gi, transpose(bi, 0, 1), std::nullopt, out_dtype);  // [M, K]
-    sum = sum.defined() ? add(sum, part) : part;
-  }
-  return a_column_major ? transpose(sum, 0, 1) : sum;
+  const Tensor gw = rows_first_each(g);  // [B, M, inner*N]
+  const Tensor bw = rows_first_each(b);  // [B, K, inner*N]
+  const Tensor parts =
+      a_column_major ? matmul_impl(bw, transpose(gw, 1, 2), std::nullopt, out_dtype)   // [B, K, M]
+                     : matmul_impl(gw, transpose(bw, 1, 2), std::nullopt, out_dtype);  // [B, M, K]
+  const Tensor total = sum(parts, {0});
+  return a_column_major ? transpose(total, 0, 1) : total;
 }
 
 // t with its last two dims swapped, as a view outside the graph.

@@ -79,4 +79,21 @@ GemmOutput gemm_output(const Tensor& out) {
   return {op.ld, one_matrix ? out.size(1) * op.ld : op.batch_stride};
 }
 
+Tensor matmul_entry(const Tensor& t, std::int64_t i) {
+  const std::int64_t at = t.size(0) == 1 || t.stride(0) == 0 ? 0 : i;
+  return raw::as_strided(t, {t.size(1), t.size(2), t.size(3)},
+                         {t.stride(1), t.stride(2), t.stride(3)}, t.offset() + at * t.stride(0));
+}
+
+void check_matmul_out4(const Tensor& out) {
+  if (out.numel() == 0) return;
+  gemm_output(matmul_entry(out, 0));
+  std::int64_t extent = 1;  // elements from an entry's first to its last, inclusive
+  for (std::int64_t d = 1; d < 4; ++d) extent += (out.size(d) - 1) * out.stride(d);
+  TF_CHECK(out.size(0) == 1 || out.stride(0) >= extent,
+           "matmul: expected an out whose batch entries do not overlap (a first batch stride of ",
+           "at least ", extent, "), got shape ", shape_str(out.shape()), " with strides ",
+           shape_str(out.strides()));
+}
+
 }  // namespace tinyformer

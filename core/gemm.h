@@ -46,4 +46,14 @@ struct GemmOutput {
 };
 GemmOutput gemm_output(const Tensor& out);
 
+// Entry i of a [B1, B2, rows, cols] operand or out of a product with two batch dims: the
+// [B2, rows, cols] view that a product with one batch dim takes (a B1 of 1, or a stride of 0,
+// serves every i).
+Tensor matmul_entry(const Tensor& t, std::int64_t i);
+
+// Throws Error unless `out` ([B1, B2, M, N]) is what a product with two batch dims may write:
+// each entry a gemm_output, and the entries apart by at least one entry's extent (no element
+// written twice).
+void check_matmul_out4(const Tensor& out);
+
 }  // namespace tinyformer

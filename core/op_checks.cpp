@@ -229,18 +229,24 @@ std::int64_t check_max_dim_args(const Tensor& x, std::int64_t dim, const Tensor&
   return d;
 }
 
-// a: [B, M, K], b: [B, K, N] (a batch of 1 broadcasts), out: [B, M, N] contiguous, not sharing
-// memory with a or b; one dtype the backend multiplies.
+// a: [B, M, K], b: [B, K, N] (a batch of 1 broadcasts), out: [B, M, N] (gemm_output), or the
+// same with two batch dims [B1, B2, ...] (check_matmul_out4), not sharing memory with a or b; one
+// dtype the backend multiplies.
 void check_matmul_args(const Tensor& a, const Tensor& b, const Tensor& out,
                        const Backend& backend) {
   TF_CHECK(a.defined() && b.defined() && out.defined(),
            "matmul: expected defined a, b and out, got an undefined Tensor");
-  TF_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3,
-           "matmul: expected a [B, M, K], b [B, K, N] and out [B, M, N], got ",
-           shape_str(a.shape()), ", ", shape_str(b.shape()), " and ", shape_str(out.shape()));
-  const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
-  TF_CHECK((a.size(0) == batch || a.size(0) == 1) && (b.size(0) == batch || b.size(0) == 1) &&
-               a.size(1) == m && b.size(1) == k && b.size(2) == n,
+  TF_CHECK((out.dim() == 3 || out.dim() == 4) && a.dim() == out.dim() && b.dim() == out.dim(),
+           "matmul: expected a [B, M, K], b [B, K, N] and out [B, M, N] (or two batch dims ",
+           "[B1, B2, ...] in all three), got ", shape_str(a.shape()), ", ", shape_str(b.shape()),
+           " and ", shape_str(out.shape()));
+  const std::int64_t m = out.size(-2), n = out.size(-1), k = a.size(-1);
+  bool batches_match = true;
+  for (std::int64_t d = 0; d + 2 < out.dim(); ++d) {
+    batches_match = batches_match && (a.size(d) == out.size(d) || a.size(d) == 1) &&
+                    (b.size(d) == out.size(d) || b.size(d) == 1);
+  }
+  TF_CHECK(batches_match && a.size(-2) == m && b.size(-2) == k && b.size(-1) == n,
            "matmul: shapes do not match: ", shape_str(a.shape()), " @ ", shape_str(b.shape()),
            " into ", shape_str(out.shape()));
   // One dtype, or bfloat16 operands into a float32 out (mixed precision: the float32
@@ -254,7 +260,12 @@ void check_matmul_args(const Tensor& a, const Tensor& b, const Tensor& out,
   check_backend_device(out, "matmul", "out", backend);
   check_device(a, "matmul", "a", out.device());
   check_device(b, "matmul", "b", out.device());
-  if (out.numel() > 0) gemm_output(out);  // throws for a layout no GEMM writes
+  // Throws for a layout no GEMM writes.
+  if (out.dim() == 4) {
+    check_matmul_out4(out);
+  } else if (out.numel() > 0) {
+    gemm_output(out);
+  }
   TF_CHECK(out.storage() != a.storage() && out.storage() != b.storage(),
            "matmul: out shares memory with an input");
 }

@@ -66,14 +66,34 @@ const char* random_name(RandomKind kind) {
 
 // "B x [M x K] @ [K x N]" with ^T on an operand stored column-major; "(bcast)" on one whose
 // batch stride is 0.
+// The matrices a product operand t ([batch..., R, C]) holds: its batch dims' sizes multiplied,
+// a broadcast dim (stride 0) counting once.
+std::int64_t operand_matrices(const Tensor& t) {
+  std::int64_t matrices = 1;
+  for (std::int64_t d = 0; d + 2 < t.dim(); ++d) matrices *= t.stride(d) == 0 ? 1 : t.size(d);
+  return matrices;
+}
+
+// The number of products: the batch dims' sizes multiplied (two batch dims are one batch of
+// B1 * B2 products).
+std::int64_t product_batch(const Tensor& a, const Tensor& b) {
+  std::int64_t batch = 1;
+  for (std::int64_t d = 0; d + 2 < a.dim(); ++d) batch *= std::max(a.size(d), b.size(d));
+  return batch;
+}
+
+// "16x[256x64][64x256]^T": the batch, then each operand's matrix, ^T when it is read
+// column-major, (bcast) when it holds fewer matrices than the batch (one shared by several
+// products).
 std::string product_shape(const Tensor& a, const Tensor& b) {
-  const auto operand = [](const Tensor& t) {
-    std::string s = "[" + std::to_string(t.size(1)) + "x" + std::to_string(t.size(2)) + "]";
-    if (t.size(1) > 1 && t.size(2) > 1 && t.stride(1) == 1) s += "^T";
-    if (t.size(0) > 1 && t.stride(0) == 0) s += "(bcast)";
+  const std::int64_t batch = product_batch(a, b);
+  const auto operand = [batch](const Tensor& t) {
+    std::string s = "[" + std::to_string(t.size(-2)) + "x" + std::to_string(t.size(-1)) + "]";
+    if (t.size(-2) > 1 && t.size(-1) > 1 && t.stride(-2) == 1) s += "^T";
+    if (operand_matrices(t) < batch) s += "(bcast)";
     return s;
   };
-  return std::to_string(std::max(a.size(0), b.size(0))) + "x" + operand(a) + operand(b);
+  return std::to_string(batch) + "x" + operand(a) + operand(b);
 }
 
 // "[4x256x4x64] strides [65536,64,256,1]"
@@ -105,11 +125,19 @@ Detail detail_of(const A&... args) {
   } else if constexpr (op == Op::softmax) {
     d.kind = std::get<1>(t) ? "log" : nullptr;
   } else if constexpr (op == Op::matmul) {
-    // a: [B, M, K], out: [B, M, N]
+    // a: [B, M, K], out: [B, M, N] (or [B1, B2, ...] each)
     const Tensor& a = std::get<0>(t);
     const Tensor& out = std::get<2>(t);
-    d.flops = 2.0 * static_cast<double>(out.numel()) * static_cast<double>(a.size(2));
-    if (g_by_shape.load(std::memory_order_relaxed)) d.shape = product_shape(a, std::get<1>(t));
+    const Tensor& b = std::get<1>(t);
+    d.flops = 2.0 * static_cast<double>(out.numel()) * static_cast<double>(a.size(-1));
+    // The bytes read and written: a broadcast operand's matrices once.
+    const auto matrix_bytes = [](const Tensor& x) {
+      return static_cast<double>(x.size(-2) * x.size(-1)) *
+             static_cast<double>(element_size(x.dtype()));
+    };
+    d.bytes = static_cast<double>(operand_matrices(a)) * matrix_bytes(a) +
+              static_cast<double>(operand_matrices(b)) * matrix_bytes(b) + operand_bytes(out);
+    if (g_by_shape.load(std::memory_order_relaxed)) d.shape = product_shape(a, b);
   } else if constexpr (op == Op::linear) {
     // x: [M, K], out: [M, N]; the kind is the activation epilogue, if any
     const Tensor& x = std::get<0>(t);

@@ -212,7 +212,7 @@ Tensor LinearProjection::forward(const Tensor& x) const {
   Tensor e = weight.narrow(2, 0, n);
   if (weight.size(0) == 1) e = e.select(0, 0);
   // Laid out like x: heads that are [B, H, n, d] views of a [B, n, H, d] buffer give [B, H, k, d]
-  // views of a [B, k, H, d] one, and one E for all heads is then one product per sequence,
+  // views of a [B, k, H, d] one, and one E for all heads is then one batch of B products
   // [k, n] x [n, H*d] (autograd/linalg.cpp), forward and for x's gradient.
   return matmul_like(e, x, x);
 }

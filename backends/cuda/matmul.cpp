@@ -1,7 +1,8 @@
 // CudaBackend::matmul: batched matrix products as one cublasGemmStridedBatchedEx call. A strided
 // operand is passed as it is whenever a GEMM can read it (row- or column-major per batch, a
 // batch stride of 0 for a broadcast operand); the rule is gemm_operand (core/gemm.h), shared
-// with the CPU backend, so both backends copy exactly the same layouts.
+// with the CPU backend, so both backends copy exactly the same layouts. A product with two batch
+// dims is one such call per entry of the first (cuBLAS walks one batch stride).
 //
 // cuBLAS is column-major and our tensors are row-major. A row-major [M, N] matrix C is the
 // column-major [N, M] matrix C^T with the same bytes, and C = A B is C^T = B^T A^T. So cuBLAS
@@ -26,9 +27,15 @@
 namespace tinyformer::cuda {
 
 // a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N]
-// (row-major matrices at any non-overlapping strides: gemm_output).
+// (row-major matrices at any non-overlapping strides: gemm_output), or [B1, B2, ...] each.
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_matmul_args(a, b, out, *this);
+  if (out.dim() == 4) {
+    for (std::int64_t i = 0; i < out.size(0); ++i) {
+      matmul(matmul_entry(a, i), matmul_entry(b, i), matmul_entry(out, i));
+    }
+    return;
+  }
   const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
   if (out.numel() == 0) return;
   if (k == 0) {  // an empty sum: every element is 0

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nn/tinyformer.h"
@@ -63,8 +64,9 @@ std::vector<double> train_losses(bool mixed, int steps) {
 
 // The element sizes of the operands of every product one training step of `model` ran, read
 // from a by-shape profile: each row "matmul Bx[MxK][KxN]" (or "linear [relu] 1x[MxK][KxN]^T")
-// records the bytes of its operands (B*M*K + B*K*N elements, plus the bias's N for linear)
-// and of its float32 out (B*M*N), which both modes write.
+// records the bytes of its operands (B*M*K + B*K*N elements, an operand marked (bcast) one
+// matrix shared by the batch, plus the bias's N for linear) and of its float32 out (B*M*N),
+// which both modes write.
 std::set<double> product_element_sizes(nn::MaskedLM& model, const Tensor& tokens,
                                        const nn::MixedPrecision* mp) {
   const Profiler profiler(true);
@@ -93,7 +95,11 @@ std::set<double> product_element_sizes(nn::MaskedLM& model, const Tensor& tokens
     const double out_bytes = 4.0 * b * rows * cols;
     // A linear layer's float32 bias (all of them have one here) counts with the out.
     const double bias_bytes = row.name.rfind("linear", 0) == 0 ? 4.0 * cols : 0.0;
-    const double operand_elements = b * (rows * inner + inner * cols);
+    const std::string_view name = row.name;
+    const bool a_shared = name.substr(second - 7, 7) == "(bcast)";
+    const bool b_shared = name.ends_with("(bcast)");
+    const double operand_elements =
+        (a_shared ? 1.0 : b) * rows * inner + (b_shared ? 1.0 : b) * inner * cols;
     sizes.insert((row.bytes / static_cast<double>(row.calls) - out_bytes - bias_bytes) /
                  operand_elements);
   }

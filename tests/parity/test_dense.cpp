@@ -283,6 +283,132 @@ TEST_CASE("parity: matmul: strided outs, with operands of each layout, every dty
   compare(zeroed.view, zeros({2, 3, 4}), "K = 0 into a padded out", kMatmulF32);
 }
 
+namespace {
+
+// How a [B1, B2, R, C] operand of a product with two batch dims lies in memory.
+enum class Operand4 { heads, heads_transposed, contiguous, shared_inner, one_outer, every_other };
+constexpr Operand4 kOperands4[] = {Operand4::heads,      Operand4::heads_transposed,
+                                   Operand4::contiguous, Operand4::shared_inner,
+                                   Operand4::one_outer,  Operand4::every_other};
+
+const char* operand4_name(Operand4 o) {
+  switch (o) {
+    case Operand4::heads:
+      return "heads ([B1, B2, R, C] of a [B1, R, B2, C] buffer)";
+    case Operand4::heads_transposed:
+      return "transposed heads (of a [B1, C, B2, R] buffer)";
+    case Operand4::contiguous:
+      return "contiguous";
+    case Operand4::shared_inner:
+      return "broadcast along B2";
+    case Operand4::one_outer:
+      return "a B1 of 1";
+    case Operand4::every_other:
+      return "every other column";
+  }
+  return "?";
+}
+
+Pair both(const Pair& p, const auto& view) {
+  return {view(p.ref), view(p.dev)};
+}
+
+Pair operand4(Operand4 o, std::int64_t b1, std::int64_t b2, std::int64_t r, std::int64_t c,
+              DType dtype, std::uint64_t seed) {
+  switch (o) {
+    case Operand4::heads:
+      return both(make_pair({b1, r, b2, c}, dtype, Layout::contiguous, seed),
+                  [](const Tensor& t) { return t.transpose(1, 2); });
+    case Operand4::heads_transposed:
+      return both(make_pair({b1, c, b2, r}, dtype, Layout::contiguous, seed), [](const Tensor& t) {
+        return t.permute({0, 2, 3, 1});
+      });
+    case Operand4::contiguous:
+      return make_pair({b1, b2, r, c}, dtype, Layout::contiguous, seed);
+    case Operand4::shared_inner:
+      return both(make_pair({b1, 1, r, c}, dtype, Layout::contiguous, seed), [=](const Tensor& t) {
+        return raw::expand(t, {b1, b2, r, c}, "test");
+      });
+    case Operand4::one_outer:
+      return make_pair({1, b2, r, c}, dtype, Layout::contiguous, seed);
+    case Operand4::every_other:
+      return both(make_pair({b1, b2, r, 2 * c}, dtype, Layout::contiguous, seed),
+                  [=](const Tensor& t) {
+                    return raw::as_strided(t, {b1, b2, r, c}, {b2 * r * 2 * c, r * 2 * c, 2 * c, 2},
+                                           t.offset());
+                  });
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("parity: matmul: two batch dims, each with its own stride (attention's heads)") {
+  if (!available()) return;
+  std::uint64_t seed = 7000;
+  struct Shape4 {
+    std::int64_t b1, b2, m, k, n;
+  };
+  // Small and odd sizes, a row of one, and one large enough for oneDNN's blocked kernels.
+  const Shape4 shapes[] = {
+      {2, 3, 7, 33, 5}, {2, 4, 33, 7, 129}, {3, 2, 1, 7, 33}, {2, 4, 131, 65, 67}};
+  for (DType dtype : floating_dtypes()) {
+    const Tolerance tol = dtype == DType::float32   ? kMatmulF32
+                          : dtype == DType::float64 ? Tolerance{1e-12, 1e-12}
+                                                    : Tolerance{1e-2, 1e-2};
+    for (const Shape4& s : shapes) {
+      for (Operand4 oa : kOperands4) {
+        for (Operand4 ob : {Operand4::heads_transposed, Operand4::heads, oa}) {
+          for (const bool heads_out : {false, true}) {
+            const Pair a = operand4(oa, s.b1, s.b2, s.m, s.k, dtype, seed++);
+            const Pair b = operand4(ob, s.b1, s.b2, s.k, s.n, dtype, seed++);
+            const std::int64_t b1 =
+                oa == Operand4::one_outer && ob == Operand4::one_outer ? 1 : s.b1;
+            const Shape out_shape = {b1, s.b2, s.m, s.n};
+            // The out: contiguous, or heads written into a [B1, M, B2, N] buffer.
+            const Tensor buffer =
+                make_output(heads_out ? Shape{b1, s.m, s.b2, s.n} : out_shape, dtype).dev;
+            const Tensor out = heads_out ? buffer.transpose(1, 2) : buffer;
+            const Tensor expected = ref_output(out_shape, dtype);
+            dev().matmul(a.dev, b.dev, out);
+            ref().matmul(ref_input(a.ref), ref_input(b.ref), expected);
+            compare(out, expected,
+                    "matmul " + dtype_str(dtype) + " [" + std::to_string(s.b1) + ", " +
+                        std::to_string(s.b2) + ", " + std::to_string(s.m) + ", " +
+                        std::to_string(s.k) + "] @ [.., " + std::to_string(s.n) + "], a " +
+                        operand4_name(oa) + ", b " + operand4_name(ob) +
+                        (heads_out ? ", heads out" : ", contiguous out"),
+                    tol);
+          }
+        }
+      }
+    }
+  }
+  // Mixed precision: bfloat16 heads into a float32 out, as attention's products under autocast.
+  if (supports(DType::bfloat16)) {
+    const Pair a = operand4(Operand4::heads, 2, 4, 131, 65, DType::bfloat16, 1);
+    const Pair b = operand4(Operand4::heads_transposed, 2, 4, 65, 67, DType::bfloat16, 2);
+    const Tensor buffer = make_output({2, 131, 4, 67}, DType::float32).dev;
+    const Tensor expected = ref_output({2, 4, 131, 67}, DType::float32);
+    dev().matmul(a.dev, b.dev, buffer.transpose(1, 2));
+    ref().matmul(ref_input(a.ref), ref_input(b.ref), expected);
+    compare(buffer.transpose(1, 2), expected, "bfloat16 heads into a float32 out", {1e-5, 1e-5});
+  }
+  // Outs no product may write: entries that overlap, a broadcast B2.
+  const Pair a = make_pair({2, 3, 4, 5}, DType::float32, Layout::contiguous, 3);
+  const Pair b = make_pair({2, 3, 5, 6}, DType::float32, Layout::contiguous, 4);
+  const Tensor buffer = make_output({4, 5, 6}, DType::float32).dev;
+  const Tensor overlapping = raw::as_strided(buffer, {2, 3, 4, 6}, {6, 24, 6, 1}, buffer.offset());
+  CHECK(error_of([&] { dev().matmul(a.dev, b.dev, overlapping); }).find("do not overlap") !=
+        std::string::npos);
+  const Tensor shared = raw::as_strided(buffer, {2, 3, 4, 6}, {72, 0, 6, 1}, buffer.offset());
+  CHECK(error_of([&] { dev().matmul(a.dev, b.dev, shared); }).find("matmul: expected an out") !=
+        std::string::npos);
+  CHECK(error_of([&] {
+          dev().matmul(a.dev, b.dev, make_output({6, 4, 6}, DType::float32).dev);
+        }).find("matmul: expected a [B, M, K]") != std::string::npos);
+}
+
 TEST_CASE("parity: matmul: empty dims and an empty sum") {
   if (!available()) return;
   for (const Shape& a_shape : {Shape{2, 0, 5}, Shape{0, 3, 5}}) {
