@@ -231,7 +231,7 @@ Tensor shared_left_gradient(const Tensor& g, const Tensor& b, bool a_column_majo
   const Tensor parts =
       a_column_major ? matmul_impl(bw, transpose(gw, 1, 2), std::nullopt, out_dtype)   // [B, K, M]
                      : matmul_impl(gw, transpose(bw, 1, 2), std::nullopt, out_dtype);  // [B, M, K]
-  const Tensor total = sum(parts, {0});
+  const Tensor total = parts.size(0) == 1 ? select(parts, 0, 0) : sum(parts, {0});
   return a_column_major ? transpose(total, 0, 1) : total;
 }
 
