@@ -88,6 +88,53 @@ dnnl::memory::desc matmul_desc(const Shape& dims, const Shape& strides, DType dt
                             dnnl::memory::dims(strides.begin(), strides.end()));
 }
 
+// One oneDNN matmul over operands and out described by dims and strides (3-D, or 4-D for two batch
+// dims): a at a_data, b at b_data, both of in_dtype, into out. `optional`: where oneDNN has no
+// kernel for the layout, or only its reference one, nothing runs and the answer is false (the
+// caller then takes another route); otherwise such a layout is an Error. The primitive is cached.
+bool run_matmul_primitive(const Shape& a_dims, const Shape& a_strides, const void* a_data,
+                          const Shape& b_dims, const Shape& b_strides, const void* b_data,
+                          DType in_dtype, const Tensor& out, const Shape& c_dims,
+                          const Shape& c_strides, std::int64_t work, bool optional) {
+  const DType dtype = out.dtype();
+  PrimitiveKey key("matmul");
+  key.add(static_cast<std::int64_t>(dtype)).add(static_cast<std::int64_t>(in_dtype));
+  key.add(a_dims).add(a_strides).add(b_dims).add(b_strides).add(c_dims).add(c_strides);
+  key.add(optional ? 1 : 0);
+  const auto a_desc = matmul_desc(a_dims, a_strides, in_dtype);
+  const auto b_desc = matmul_desc(b_dims, b_strides, in_dtype);
+  const auto c_desc = matmul_desc(c_dims, c_strides, dtype);
+  const CachedPrimitive p = cached_primitive(
+      key,
+      [&] {
+        const auto make = [&] {
+          return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_desc, b_desc, c_desc),
+                                              dnnl_attr(), dnnl_engine());
+        };
+        if (!optional) {
+          const auto pd = make();
+          return CachedPrimitive{dnnl::matmul(pd), pd};
+        }
+        // An empty primitive marks a layout left to the caller.
+        try {
+          const auto pd = make();
+          if (std::string_view(pd.impl_info_str()).starts_with("ref")) return CachedPrimitive{};
+          return CachedPrimitive{dnnl::matmul(pd), pd};
+        } catch (const dnnl::error&) {
+          return CachedPrimitive{};
+        }
+      },
+      work);
+  if (!p.primitive) return false;
+  auto& engine = dnnl_engine();
+  dnnl_execute(p,
+               {{DNNL_ARG_SRC, dnnl::memory(a_desc, engine, const_cast<void*>(a_data))},
+                {DNNL_ARG_WEIGHTS, dnnl::memory(b_desc, engine, const_cast<void*>(b_data))},
+                {DNNL_ARG_DST, dnnl_memory(c_desc, out)}},
+               "matmul", work);
+  return true;
+}
+
 // a: [batch, M, K], b: [batch, K, N], out: [batch, M, N] (gemm_output's layouts); float32, or
 // bfloat16 (with float32 accumulation inside oneDNN) where bf16_matmul_native(). The operands are
 // of `dtype` (the output's unless given: bfloat16 operands may make a float32 output).
@@ -98,29 +145,9 @@ void matmul_dnnl(const GemmInput& a, const GemmInput& b, const Tensor& out, std:
   describe(a, batch, m, k, a_dims, a_strides);
   describe(b, batch, k, n, b_dims, b_strides);
   const GemmOutput c = gemm_output(out);
-  const Shape c_dims = {batch, m, n}, c_strides = {c.batch_stride, c.ld, 1};
-  const DType dtype = out.dtype();
-  const DType in_dtype = operand_dtype.value_or(dtype);
-  PrimitiveKey key("matmul");
-  key.add(static_cast<std::int64_t>(dtype)).add(static_cast<std::int64_t>(in_dtype));
-  key.add(a_dims).add(a_strides).add(b_dims).add(b_strides).add(c_dims).add(c_strides);
-  const auto a_desc = matmul_desc(a_dims, a_strides, in_dtype);
-  const auto b_desc = matmul_desc(b_dims, b_strides, in_dtype);
-  const auto c_desc = matmul_desc(c_dims, c_strides, dtype);
-  const CachedPrimitive p = cached_primitive(
-      key,
-      [&] {
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, c_desc), dnnl_attr(),
-                                        dnnl_engine());
-        return CachedPrimitive{dnnl::matmul(pd), pd};
-      },
-      batch * m * n * k);
-  auto& engine = dnnl_engine();
-  dnnl_execute(p,
-               {{DNNL_ARG_SRC, dnnl::memory(a_desc, engine, const_cast<void*>(a.data))},
-                {DNNL_ARG_WEIGHTS, dnnl::memory(b_desc, engine, const_cast<void*>(b.data))},
-                {DNNL_ARG_DST, dnnl_memory(c_desc, out)}},
-               "matmul", batch * m * n * k);
+  run_matmul_primitive(a_dims, a_strides, a.data, b_dims, b_strides, b.data,
+                       operand_dtype.value_or(out.dtype()), out, {batch, m, n},
+                       {c.batch_stride, c.ld, 1}, batch * m * n * k, false);
 }
 
 // `t` ([B, rows, cols]) converted to `dtype`, of the same shape; a broadcast operand converts its
@@ -157,19 +184,18 @@ void matmul_bf16_operands(const Tensor& a, const Tensor& b, const Tensor& out) {
   matmul_dnnl(gemm_input(a16), gemm_input(b16), out, batch, m, k, n, DType::bfloat16);
 }
 
-// A [B1, B2, rows, cols] operand or out of a product with two batch dims as oneDNN describes it:
-// a batch dim of size 1 or stride 0 is a broadcast dim of size 1 (batch = false: kept at its
-// size, as an out's). The matrix strides come from gemm_operand of one entry.
-void describe4(const Tensor& t, const GemmOperand& entry, bool batch, Shape& dims, Shape& strides) {
+// A [B1, B2, rows, cols] operand of a product with two batch dims as oneDNN describes it: a
+// batch dim of size 1 or stride 0 is a broadcast dim of size 1. The matrix strides come from
+// gemm_operand of one entry.
+void describe4(const Tensor& t, const GemmOperand& entry, Shape& dims, Shape& strides) {
   const std::int64_t rows = t.size(2), cols = t.size(3);
   const std::int64_t row_stride = entry.transposed ? 1 : entry.ld;
   const std::int64_t col_stride = entry.transposed ? entry.ld : 1;
   const std::int64_t matrix = entry.ld * (entry.transposed ? cols : rows);
-  const bool inner_broadcast = batch && entry.broadcast;
-  const std::int64_t inner = inner_broadcast ? 1 : t.size(1);
+  const std::int64_t inner = entry.broadcast ? 1 : t.size(1);
   const std::int64_t inner_stride =
-      inner_broadcast ? matrix : std::max<std::int64_t>(t.stride(1), 1);
-  const bool outer_broadcast = batch && (t.size(0) == 1 || t.stride(0) == 0);
+      entry.broadcast ? matrix : std::max<std::int64_t>(t.stride(1), 1);
+  const bool outer_broadcast = t.size(0) == 1 || t.stride(0) == 0;
   dims = {outer_broadcast ? 1 : t.size(0), inner, rows, cols};
   strides = {outer_broadcast ? inner * inner_stride : t.stride(0), inner_stride, row_stride,
              col_stride};
@@ -200,48 +226,20 @@ bool matmul4_on_dnnl(const Tensor& a, const Tensor& b, const Tensor& out) {
 // a: [B1, B2, M, K], b: [B1, B2, K, N], out: [B1, B2, M, N] as one oneDNN matmul, which takes
 // the two batch strides in its descriptors and so runs its blocked (brgemm) kernel where a batch
 // of interleaved matrices gets only its jit GEMM. False (nothing run) where an operand needs a
-// copy, or where oneDNN offers only its reference kernel for the layout.
+// copy, or where oneDNN has no kernel for the layout (some broadcasts) or only its reference one.
 bool matmul_dnnl4(const Tensor& a, const Tensor& b, const Tensor& out) {
-  const GemmOperand ea = gemm_operand(matmul_entry(a, 0).shape(), matmul_entry(a, 0).strides());
-  const GemmOperand eb = gemm_operand(matmul_entry(b, 0).shape(), matmul_entry(b, 0).strides());
+  const Tensor a0 = matmul_entry(a, 0), b0 = matmul_entry(b, 0);
+  const GemmOperand ea = gemm_operand(a0.shape(), a0.strides());
+  const GemmOperand eb = gemm_operand(b0.shape(), b0.strides());
   if (ea.copy || eb.copy) return false;
   const GemmOutput ec = gemm_output(matmul_entry(out, 0));
   Shape a_dims, a_strides, b_dims, b_strides;
-  describe4(a, ea, true, a_dims, a_strides);
-  describe4(b, eb, true, b_dims, b_strides);
-  const Shape c_dims = out.shape();
-  const Shape c_strides = {out.stride(0), std::max<std::int64_t>(ec.batch_stride, 1), ec.ld, 1};
-  const DType dtype = out.dtype(), in_dtype = a.dtype();
-  PrimitiveKey key("matmul4");
-  key.add(static_cast<std::int64_t>(dtype)).add(static_cast<std::int64_t>(in_dtype));
-  key.add(a_dims).add(a_strides).add(b_dims).add(b_strides).add(c_dims).add(c_strides);
-  const auto a_desc = matmul_desc(a_dims, a_strides, in_dtype);
-  const auto b_desc = matmul_desc(b_dims, b_strides, in_dtype);
-  const auto c_desc = matmul_desc(c_dims, c_strides, dtype);
-  const std::int64_t work = out.numel() * a.size(3);
-  const CachedPrimitive p = cached_primitive(
-      key,
-      [&] {
-        // An empty primitive marks a layout left to the loop over entries: one oneDNN has no
-        // kernel for (some broadcasts), or only its reference kernel.
-        try {
-          dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, c_desc), dnnl_attr(),
-                                          dnnl_engine());
-          if (std::string_view(pd.impl_info_str()).starts_with("ref")) return CachedPrimitive{};
-          return CachedPrimitive{dnnl::matmul(pd), pd};
-        } catch (const dnnl::error&) {
-          return CachedPrimitive{};
-        }
-      },
-      work);
-  if (!p.primitive) return false;
-  auto& engine = dnnl_engine();
-  dnnl_execute(p,
-               {{DNNL_ARG_SRC, dnnl::memory(a_desc, engine, a.data_ptr())},
-                {DNNL_ARG_WEIGHTS, dnnl::memory(b_desc, engine, b.data_ptr())},
-                {DNNL_ARG_DST, dnnl::memory(c_desc, engine, out.data_ptr())}},
-               "matmul", work);
-  return true;
+  describe4(a, ea, a_dims, a_strides);
+  describe4(b, eb, b_dims, b_strides);
+  return run_matmul_primitive(a_dims, a_strides, a.data_ptr(), b_dims, b_strides, b.data_ptr(),
+                              a.dtype(), out, out.shape(),
+                              {out.stride(0), std::max<std::int64_t>(ec.batch_stride, 1), ec.ld, 1},
+                              out.numel() * a.size(3), true);
 }
 
 }  // namespace
