@@ -148,12 +148,12 @@ void conv_forward_dnnl(const ConvShape& s, const Tensor& x, const Tensor& w, con
         auto pd = conv_forward_pd(d, dnnl::prop_kind::forward_training);
         return CachedPrimitive{dnnl::convolution_forward(pd), pd};
       },
-      conv_work(s));
+      dnnl_threads(conv_work(s)));
   std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl_memory(d.src, x)},
                                                 {DNNL_ARG_WEIGHTS, dnnl_memory(d.weights, w)},
                                                 {DNNL_ARG_DST, dnnl_memory(d.dst, out)}};
   if (with_bias) args.emplace(DNNL_ARG_BIAS, dnnl_memory(d.bias, bias));
-  dnnl_execute(p, std::move(args), "conv1d", conv_work(s));
+  dnnl_execute(p, std::move(args), "conv1d", dnnl_threads(conv_work(s)));
 }
 
 void conv_backward_data_dnnl(const ConvShape& s, const Tensor& g, const Tensor& w,
@@ -169,12 +169,12 @@ void conv_backward_data_dnnl(const ConvShape& s, const Tensor& g, const Tensor& 
             dnnl_attr(), dnnl_engine(), conv_forward_pd(d, dnnl::prop_kind::forward_training));
         return CachedPrimitive{dnnl::convolution_backward_data(pd), pd};
       },
-      conv_work(s));
+      dnnl_threads(conv_work(s)));
   dnnl_execute(p,
                {{DNNL_ARG_DIFF_DST, dnnl_memory(d.dst, g)},
                 {DNNL_ARG_WEIGHTS, dnnl_memory(d.weights, w)},
                 {DNNL_ARG_DIFF_SRC, dnnl_memory(d.src, gx)}},
-               "conv1d_backward", conv_work(s));
+               "conv1d_backward", dnnl_threads(conv_work(s)));
 }
 
 // grad_w: [Cout, Cin, K]; grad_b: [Cout] or undefined
@@ -192,13 +192,13 @@ void conv_backward_weights_dnnl(const ConvShape& s, const Tensor& g, const Tenso
             dnnl_attr(), dnnl_engine(), conv_forward_pd(d, dnnl::prop_kind::forward_training));
         return CachedPrimitive{dnnl::convolution_backward_weights(pd), pd};
       },
-      conv_work(s));
+      dnnl_threads(conv_work(s)));
   std::unordered_map<int, dnnl::memory> args = {
       {DNNL_ARG_SRC, dnnl_memory(d.src, x)},
       {DNNL_ARG_DIFF_DST, dnnl_memory(d.dst, g)},
       {DNNL_ARG_DIFF_WEIGHTS, dnnl_memory(d.weights, gw)}};
   if (with_bias) args.emplace(DNNL_ARG_DIFF_BIAS, dnnl_memory(d.bias, gb));
-  dnnl_execute(p, std::move(args), "conv1d_backward", conv_work(s));
+  dnnl_execute(p, std::move(args), "conv1d_backward", dnnl_threads(conv_work(s)));
 }
 
 template <typename T>

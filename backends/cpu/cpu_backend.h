@@ -8,6 +8,8 @@ namespace tinyformer::cpu {
 
 class CpuBackend final : public Backend {
  public:
+  // Reads the parallel grain's configuration (parallel.h).
+  CpuBackend();
   const char* name() const override { return "cpu"; }
   std::string runtime_info() override;
   Allocator& allocator() override;

@@ -169,8 +169,7 @@ class ThreadScope {
 }  // namespace
 
 CachedPrimitive cached_primitive(PrimitiveKey key, const std::function<CachedPrimitive()>& make,
-                                 std::int64_t work) {
-  const int threads = dnnl_threads(work);
+                                 int threads) {
   key.add(threads);
   try {
     return cache().get(key, [&] {
@@ -196,8 +195,8 @@ dnnl::primitive_attr dnnl_attr() {
 }
 
 void dnnl_execute(const CachedPrimitive& p, std::unordered_map<int, dnnl::memory> args,
-                  const char* op, std::int64_t work) {
-  ThreadScope scope(dnnl_threads(work));
+                  const char* op, int threads) {
+  ThreadScope scope(threads);
   try {
     const dnnl::memory::desc scratch_desc = p.pd.scratchpad_desc();
     HostBuffer scratch(scratch_desc.get_size());

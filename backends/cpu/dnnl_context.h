@@ -58,21 +58,23 @@ struct CachedPrimitive {
   dnnl::primitive_desc_base pd;
 };
 
-// How many threads a primitive of `work` multiply-adds (or elements touched) runs on: all of
-// OpenMP's, or 1 below kDnnlParallelWork. Waking the team costs microseconds, more than a small
-// primitive takes, and on a busy machine a team barrier can wait milliseconds for a descheduled
-// thread. oneDNN sizes some primitives' thread split when they are created (gemm-based matmul
-// does), so the count is part of the cache key and applies at creation and execution alike.
+// How many threads a product of `work` multiply-adds runs on: all of OpenMP's, or 1 below
+// kDnnlParallelWork. Waking the team costs microseconds, more than a small product takes, and on
+// a busy machine a team barrier can wait milliseconds for a descheduled thread. The count is
+// fixed rather than measured (parallel.h measures it for the passes around the products):
+// oneDNN sizes some products' thread split when they are created (gemm-based matmul does), and
+// a split can change the order of a sum. Primitives that are passes over their elements (layer
+// norm, softmax) take pass_threads().
 inline constexpr std::int64_t kDnnlParallelWork = std::int64_t{1} << 18;
 int dnnl_threads(std::int64_t work);
 
-// The primitive cached under `key` (plus the thread count for `work`), created with `make` on a
+// The primitive cached under `key` (plus `threads`, the count it runs on), created with `make` on a
 // miss. Creating a primitive descriptor costs tens of microseconds to milliseconds (oneDNN walks
 // its implementation list and may generate code), more than executing a small one, so each shape
 // is made once. Thread-safe; holds at most dnnl_cache_capacity() entries and evicts the least
 // recently used.
 CachedPrimitive cached_primitive(PrimitiveKey key, const std::function<CachedPrimitive()>& make,
-                                 std::int64_t work);
+                                 int threads);
 
 struct DnnlCacheStats {
   std::int64_t hits = 0;
@@ -88,10 +90,11 @@ std::int64_t dnnl_cache_capacity();
 // thread, and its temporary memory visible in memory_stats().
 dnnl::primitive_attr dnnl_attr();
 
-// Runs `p` with `args` on the stream on dnnl_threads(work) threads, adding a scratchpad when the
+// Runs `p` with `args` on the stream on `threads` threads (those it was cached with), adding a
+// scratchpad when the
 // primitive needs one, and waits for it. oneDNN errors come back as tinyformer::Error naming `op`.
 void dnnl_execute(const CachedPrimitive& p, std::unordered_map<int, dnnl::memory> args,
-                  const char* op, std::int64_t work);
+                  const char* op, int threads);
 
 // Converts a dnnl::error into a tinyformer::Error naming `op` (for use in catch blocks).
 [[noreturn]] void rethrow_dnnl(const dnnl::error& e, const char* op);

@@ -36,7 +36,7 @@ void CpuBackend::index_select(const Tensor& table, const Tensor& indices, const 
             }
           }
         },
-        std::max<std::int64_t>(1, kParallelThreshold / std::max<std::int64_t>(d, 1)));
+        std::max<std::int64_t>(d, 1));
   });
 }
 
@@ -59,7 +59,7 @@ void CpuBackend::index_add(const Tensor& src, const Tensor& indices, const Tenso
     const std::int64_t* idx = indices.data<std::int64_t>();
     const std::int64_t ss0 = src.stride(0), ss1 = src.stride(1), is0 = indices.stride(0);
 
-    const std::int64_t threads = n * d >= kParallelThreshold ? omp_get_max_threads() : 1;
+    const std::int64_t threads = pass_threads(n * d);
     const std::int64_t col_tasks = std::min(threads, (d + 15) / 16);
     const std::int64_t row_tasks = (threads + col_tasks - 1) / col_tasks;
     const std::int64_t cols = ((d + col_tasks - 1) / col_tasks + 15) / 16 * 16;

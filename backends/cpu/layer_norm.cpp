@@ -27,6 +27,8 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
+#include "backends/cpu/parallel.h"
+#include "backends/cpu/strided.h"
 #include "core/error.h"
 #include "core/math.h"
 #include "core/op_checks.h"
@@ -35,7 +37,14 @@ namespace tinyformer::cpu {
 
 namespace {
 
-constexpr std::int64_t kParallelElements = 1 << 15;
+// A row element's time against a streaming copy's (parallel.h): a row is read two or three
+// times, and the backward reads two tensors.
+constexpr std::int64_t kElementCost = 4;
+
+// The backward's column sums (dw, db) are taken over this many blocks of rows at most, each
+// block's sums added in row order and the blocks' in block order: the same bits on any
+// number of threads.
+constexpr std::int64_t kColumnBlocks = 64;
 
 // y = (x - mean) * rstd * w + b, with mean and rstd = 1 / sqrt(var + eps) saved per row. With a
 // residual, x is first replaced by h = x + residual, stored in `h` (add_layer_norm).
@@ -44,8 +53,7 @@ template <typename T>
 void layer_norm_rows(const T* x, const T* w, const T* b, T eps, T* y, T* mean_out, T* rstd_out,
                      std::int64_t rows, std::int64_t cols, const T* residual = nullptr,
                      T* h = nullptr) {
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements && \
-                                              !omp_in_parallel())
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols, kElementCost))
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
@@ -91,64 +99,69 @@ void layer_norm_rows(const T* x, const T* w, const T* b, T eps, T* y, T* mean_ou
 // With xhat = (x - mean) * rstd and gy = g * w (g when there is no weight):
 //   dx = rstd * (gy - mean(gy) - xhat * mean(gy * xhat))      per row
 //   dw = sum over rows of g * xhat,  db = sum over rows of g   per column
-// The column sums are accumulated per thread in a [threads, C] buffer, then added in thread
-// order, so the result does not depend on timing.
+// The rows are cut into at most kColumnBlocks blocks; each block's column sums go to its own
+// row of a [blocks, 2, C] buffer, which is then added up in block order, so the result depends
+// neither on timing nor on the number of threads.
 // g, x, dx: [R, C]; w: [C] or null; mean, rstd: [R]; dx, dw, db: null when not wanted
 template <typename T>
 void layer_norm_backward_rows(const T* g, const T* x, const T* w, const T* mean, const T* rstd,
                               T* dx, T* dw, T* db, std::int64_t rows, std::int64_t cols) {
-  const bool parallel = rows * cols >= kParallelElements && !omp_in_parallel();
-  const int threads = parallel ? omp_get_max_threads() : 1;
+  const int threads = pass_threads(rows * cols, kElementCost);
   const bool columns = dw != nullptr || db != nullptr;
-  std::vector<T> partial(columns ? static_cast<std::size_t>(threads) * 2 * cols : 0, T(0));
+  const std::int64_t blocks = std::min(rows, kColumnBlocks);
+  std::vector<T> partial(columns ? static_cast<std::size_t>(blocks * 2 * cols) : 0, T(0));
   // A scratch row per thread for gy = g * w.
   std::vector<T> scratch(w != nullptr && dx != nullptr ? static_cast<std::size_t>(threads) * cols
                                                        : 0);
-#pragma omp parallel num_threads(threads) if (parallel)
+#pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    const int t = omp_get_thread_num();
-    T* pw = columns ? partial.data() + static_cast<std::size_t>(t) * 2 * cols : nullptr;
-    T* pb = columns ? pw + cols : nullptr;
-    T* gy_row = scratch.empty() ? nullptr : scratch.data() + static_cast<std::size_t>(t) * cols;
+    T* gy_row = scratch.empty()
+                    ? nullptr
+                    : scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * cols;
 #pragma omp for schedule(static)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* gr = g + r * cols;
-      const T* xr = x + r * cols;
-      const T m = mean[r], s = rstd[r];
-      if (columns) {
+    for (std::int64_t block = 0; block < blocks; ++block) {
+      T* pw = columns ? partial.data() + static_cast<std::size_t>(block * 2 * cols) : nullptr;
+      T* pb = columns ? pw + cols : nullptr;
+      const std::int64_t r0 = block * rows / blocks, r1 = (block + 1) * rows / blocks;
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const T* gr = g + r * cols;
+        const T* xr = x + r * cols;
+        const T m = mean[r], s = rstd[r];
+        if (columns) {
+#pragma omp simd
+          for (std::int64_t c = 0; c < cols; ++c) {
+            pw[c] += gr[c] * ((xr[c] - m) * s);
+            pb[c] += gr[c];
+          }
+        }
+        if (dx == nullptr) continue;
+        const T* gy = gr;
+        if (gy_row != nullptr) {
+#pragma omp simd
+          for (std::int64_t c = 0; c < cols; ++c) gy_row[c] = gr[c] * w[c];
+          gy = gy_row;
+        }
+        T sum_gy = 0, sum_gy_xhat = 0;
+#pragma omp simd reduction(+ : sum_gy, sum_gy_xhat)
+        for (std::int64_t c = 0; c < cols; ++c) {
+          sum_gy += gy[c];
+          sum_gy_xhat += gy[c] * ((xr[c] - m) * s);
+        }
+        const T a = sum_gy / static_cast<T>(cols), bq = sum_gy_xhat / static_cast<T>(cols);
+        T* dr = dx + r * cols;
 #pragma omp simd
         for (std::int64_t c = 0; c < cols; ++c) {
-          pw[c] += gr[c] * ((xr[c] - m) * s);
-          pb[c] += gr[c];
+          dr[c] = math::layer_norm_dx(gy[c], (xr[c] - m) * s, a, bq, s);
         }
-      }
-      if (dx == nullptr) continue;
-      const T* gy = gr;
-      if (gy_row != nullptr) {
-#pragma omp simd
-        for (std::int64_t c = 0; c < cols; ++c) gy_row[c] = gr[c] * w[c];
-        gy = gy_row;
-      }
-      T sum_gy = 0, sum_gy_xhat = 0;
-#pragma omp simd reduction(+ : sum_gy, sum_gy_xhat)
-      for (std::int64_t c = 0; c < cols; ++c) {
-        sum_gy += gy[c];
-        sum_gy_xhat += gy[c] * ((xr[c] - m) * s);
-      }
-      const T a = sum_gy / static_cast<T>(cols), bq = sum_gy_xhat / static_cast<T>(cols);
-      T* dr = dx + r * cols;
-#pragma omp simd
-      for (std::int64_t c = 0; c < cols; ++c) {
-        dr[c] = math::layer_norm_dx(gy[c], (xr[c] - m) * s, a, bq, s);
       }
     }
   }
   if (!columns) return;
   for (std::int64_t c = 0; c < cols; ++c) {
     T sw = 0, sb = 0;
-    for (int t = 0; t < threads; ++t) {
-      sw += partial[static_cast<std::size_t>(t) * 2 * cols + c];
-      sb += partial[static_cast<std::size_t>(t) * 2 * cols + cols + c];
+    for (std::int64_t block = 0; block < blocks; ++block) {
+      sw += partial[static_cast<std::size_t>(block * 2 * cols + c)];
+      sb += partial[static_cast<std::size_t>(block * 2 * cols + cols + c)];
     }
     if (dw != nullptr) dw[c] = sw;
     if (db != nullptr) db[c] = sb;
@@ -180,7 +193,7 @@ void layer_norm_dnnl(const Tensor& x, const Tensor& weight, const Tensor& bias, 
             dnnl_attr(), dnnl_engine());
         return CachedPrimitive{dnnl::layer_normalization_forward(pd), pd};
       },
-      rows * cols);
+      pass_threads(rows * cols, kElementCost));
   // The variance lands in rstd's memory, then becomes rstd in place.
   std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl_memory(data_desc, x)},
                                                 {DNNL_ARG_DST, dnnl_memory(data_desc, out)},
@@ -188,7 +201,7 @@ void layer_norm_dnnl(const Tensor& x, const Tensor& weight, const Tensor& bias, 
                                                 {DNNL_ARG_VARIANCE, dnnl_memory(stat_desc, rstd)}};
   if (weight.defined()) args.emplace(DNNL_ARG_SCALE, dnnl_memory(dnnl_desc(weight, op), weight));
   if (bias.defined()) args.emplace(DNNL_ARG_SHIFT, dnnl_memory(dnnl_desc(bias, op), bias));
-  dnnl_execute(p, std::move(args), op, rows * cols);
+  dnnl_execute(p, std::move(args), op, pass_threads(rows * cols, kElementCost));
   float* r = rstd.data<float>();
 #pragma omp simd
   for (std::int64_t i = 0; i < rows; ++i) r[i] = math::layer_norm_rstd(r[i], 1.0f, eps);
@@ -228,8 +241,10 @@ void CpuBackend::add_layer_norm(const Tensor& x, const Tensor& residual, const T
     const float* rp = residual.data<float>();
     float* hp = sum.data<float>();
     const std::int64_t n = rows * cols;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelElements && !omp_in_parallel())
-    for (std::int64_t i = 0; i < n; ++i) hp[i] = xp[i] + rp[i];
+    parallel_for(n, [&](std::int64_t begin, std::int64_t end) {
+#pragma omp simd
+      for (std::int64_t i = begin; i < end; ++i) hp[i] = xp[i] + rp[i];
+    });
     layer_norm_dnnl(sum, weight, bias, static_cast<float>(eps), out, mean, rstd);
   } else {
     layer_norm_rows(x.data<double>(), data_or_null<double>(weight), data_or_null<double>(bias), eps,

@@ -91,14 +91,14 @@ void linear_dnnl(const Tensor& x, const Tensor& weight, const Tensor& bias, Epil
         dnnl::matmul::primitive_desc pd(d, attr, dnnl_engine());
         return CachedPrimitive{dnnl::matmul(pd), pd};
       },
-      work);
+      dnnl_threads(work));
   auto& engine = dnnl_engine();
   std::unordered_map<int, dnnl::memory> args = {
       {DNNL_ARG_SRC, dnnl::memory(x_desc, engine, x.data_ptr())},
       {DNNL_ARG_WEIGHTS, dnnl::memory(w_desc, engine, weight.data_ptr())},
       {DNNL_ARG_DST, dnnl_memory(out_desc, out)}};
   if (bias.defined()) args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_desc, engine, bias.data_ptr()));
-  dnnl_execute(p, std::move(args), "linear", work);
+  dnnl_execute(p, std::move(args), "linear", dnnl_threads(work));
 }
 
 // out[i, j] = act(out[i, j] + bias[j]) over [M, N] contiguous; bias may be null.
@@ -119,7 +119,7 @@ void add_bias_and_activate(T* out, const T* bias, std::int64_t m, std::int64_t n
             }
           }
         },
-        std::max<std::int64_t>(1, kParallelThreshold / std::max<std::int64_t>(n, 1)));
+        std::max<std::int64_t>(n, 1));
   });
 }
 

@@ -53,7 +53,7 @@ void CpuBackend::nll_loss_backward(const Tensor& grad_loss, const Tensor& target
             if (k != ignore_index) row[k] = -g[i * gs];
           }
         },
-        std::max<std::int64_t>(1, kParallelThreshold / std::max<std::int64_t>(c, 1)));
+        std::max<std::int64_t>(c, 1));
   });
 }
 

@@ -124,14 +124,14 @@ bool run_matmul_primitive(const Shape& a_dims, const Shape& a_strides, const voi
           return CachedPrimitive{};
         }
       },
-      work);
+      dnnl_threads(work));
   if (!p.primitive) return false;
   auto& engine = dnnl_engine();
   dnnl_execute(p,
                {{DNNL_ARG_SRC, dnnl::memory(a_desc, engine, const_cast<void*>(a_data))},
                 {DNNL_ARG_WEIGHTS, dnnl::memory(b_desc, engine, const_cast<void*>(b_data))},
                 {DNNL_ARG_DST, dnnl_memory(c_desc, out)}},
-               "matmul", work);
+               "matmul", dnnl_threads(work));
   return true;
 }
 

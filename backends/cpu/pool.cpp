@@ -14,14 +14,13 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/parallel.h"
 #include "core/error.h"
 #include "core/op_checks.h"
 
 namespace tinyformer::cpu {
 
 namespace {
-
-constexpr std::int64_t kParallelElements = 1 << 15;
 
 // The index in [0, kernel) of the first maximum of w[0..kernel). A NaN counts as larger than
 // anything, so it propagates like PyTorch's max pooling.
@@ -40,8 +39,7 @@ template <typename T>
 void pool_forward(PoolKind kind, const T* x, T* out, std::int64_t rows, std::int64_t length,
                   std::int64_t kernel, std::int64_t stride, std::int64_t out_length) {
   const T inv_kernel = T(1) / static_cast<T>(kernel);
-#pragma omp parallel for schedule(static) if (rows * length >= kParallelElements && \
-                                              !omp_in_parallel())
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * length))
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * length;
     T* yr = out + r * out_length;
@@ -65,8 +63,7 @@ void pool_backward(PoolKind kind, const T* g, const T* x, T* gx, std::int64_t ro
                    std::int64_t length, std::int64_t kernel, std::int64_t stride,
                    std::int64_t out_length) {
   const T inv_kernel = T(1) / static_cast<T>(kernel);
-#pragma omp parallel for schedule(static) if (rows * length >= kParallelElements && \
-                                              !omp_in_parallel())
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * length))
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* gr = g + r * out_length;
     const T* xr = x + r * length;

@@ -22,18 +22,24 @@ template <typename T, typename Sampler>
 void draw(const Tensor& out, std::uint64_t seed, std::uint64_t offset, const Sampler& sampler) {
   constexpr std::uint64_t K = Sampler::K;
   T* o = out.data<T>();
-  parallel_for(out.numel(), [&](std::int64_t begin, std::int64_t end) {
-    const std::uint64_t first = offset + static_cast<std::uint64_t>(begin);
-    const std::uint64_t last = offset + static_cast<std::uint64_t>(end);
-    for (std::uint64_t counter = first / K; counter * K < last; ++counter) {
-      T v[K];
-      sample_counter(sampler, seed, counter, v);
-      for (std::uint64_t j = 0; j < K; ++j) {
-        const std::uint64_t g = counter * K + j;
-        if (g >= first && g < last) o[g - offset] = v[j];
-      }
-    }
-  });
+  // A counter-based generator's rounds (and a normal's logarithm) per element: the cost of
+  // several streaming elements (parallel.h).
+  constexpr std::int64_t kCost = 8;
+  parallel_for(
+      out.numel(),
+      [&](std::int64_t begin, std::int64_t end) {
+        const std::uint64_t first = offset + static_cast<std::uint64_t>(begin);
+        const std::uint64_t last = offset + static_cast<std::uint64_t>(end);
+        for (std::uint64_t counter = first / K; counter * K < last; ++counter) {
+          T v[K];
+          sample_counter(sampler, seed, counter, v);
+          for (std::uint64_t j = 0; j < K; ++j) {
+            const std::uint64_t g = counter * K + j;
+            if (g >= first && g < last) o[g - offset] = v[j];
+          }
+        }
+      },
+      1, kCost);
 }
 
 }  // namespace

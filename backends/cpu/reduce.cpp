@@ -168,7 +168,7 @@ class Reduction {
             }
           }
         },
-        std::max<std::int64_t>(1, kParallelThreshold / (block * width)));
+        block * width);
     if (blocks == 1) return;
     // Combine each item's blocks in order.
     parallel_for(
@@ -185,7 +185,7 @@ class Reduction {
             write(first, m, acc);
           }
         },
-        std::max<std::int64_t>(1, kParallelThreshold / (blocks * width)));
+        blocks * width);
   }
 
  private:
@@ -294,7 +294,7 @@ void CpuBackend::max_dim(const Tensor& x, std::int64_t dim, const Tensor& values
             }
           });
         },
-        std::max<std::int64_t>(1, kParallelThreshold / n));
+        n);
   });
 }
 

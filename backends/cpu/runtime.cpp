@@ -12,6 +12,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/matmul.h"
+#include "backends/cpu/parallel.h"
 
 #if TINYFORMER_OMP_WAIT_POLICY_LIBRARY
 // backends/cpu/omp_wait_policy/omp_wait_policy.cpp (a library of its own; shared builds only).
@@ -91,6 +92,7 @@ std::string runtime_info() {
     << (v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other") << " runtime\n"
     << "OpenMP: " << omp_get_max_threads() << " threads (of " << omp_get_num_procs()
     << " processors), " << wait_policy() << "\n"
+    << "parallel grain: " << parallel_grain_info() << "\n"
     << "bfloat16 products: "
     << (bf16_matmul_fast()     ? "oneDNN bfloat16 kernels"
         : bf16_matmul_native() ? "oneDNN bfloat16 kernels, emulated (no BF16 instructions)"
@@ -100,6 +102,10 @@ std::string runtime_info() {
             ? "operands rounded to bfloat16 (set_matmul_precision)"
             : "exact");
   return s.str();
+}
+
+CpuBackend::CpuBackend() {
+  parallel_grain();  // a malformed TINYFORMER_PARALLEL_GRAIN fails here, at the first CPU op
 }
 
 std::string CpuBackend::runtime_info() {

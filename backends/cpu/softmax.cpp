@@ -31,6 +31,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
+#include "backends/cpu/parallel.h"
 #include "core/bfloat16.h"
 #include "core/error.h"
 #include "core/math.h"
@@ -40,13 +41,13 @@ namespace tinyformer::cpu {
 
 namespace {
 
-// Below this many elements the rows stay on the calling thread (waking the team costs more).
-constexpr std::int64_t kParallelElements = 1 << 15;
+// A row element's time against a streaming copy's (parallel.h): a softmax reads its row two or
+// three times and takes an exponential per element.
+constexpr std::int64_t kElementCost = 4;
 
 template <typename Body>
 void for_rows(std::int64_t rows, std::int64_t cols, Body body) {
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements && \
-                                              !omp_in_parallel())
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols, kElementCost))
   for (std::int64_t r = 0; r < rows; ++r) body(r);
 }
 
@@ -103,7 +104,7 @@ void store(D* p, V v) {
 // x: [R, C] float32, y: [R, C] bfloat16
 void softmax_rows_to_bfloat16(const float* x, bfloat16* y, std::int64_t rows, std::int64_t cols,
                               bool log) {
-#pragma omp parallel if (rows * cols >= kParallelElements && !omp_in_parallel())
+#pragma omp parallel if (parallel_worth(rows * cols, kElementCost))
   {
     std::vector<float> scratch(static_cast<std::size_t>(cols));
     float* e = scratch.data();
@@ -178,9 +179,9 @@ void softmax_dnnl(const Tensor& x, bool log, const Tensor& out, const char* op) 
                                                  dnnl_attr(), dnnl_engine());
         return {dnnl::softmax_forward(pd), pd};
       },
-      rows* cols);
+      pass_threads(rows * cols, kElementCost));
   dnnl_execute(p, {{DNNL_ARG_SRC, dnnl_memory(desc, x)}, {DNNL_ARG_DST, dnnl_memory(desc, out)}},
-               op, rows * cols);
+               op, pass_threads(rows * cols, kElementCost));
 }
 
 }  // namespace

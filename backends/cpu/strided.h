@@ -21,23 +21,23 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/parallel.h"
 #include "core/op_checks.h"
 #include "core/strided_layout.h"
 #include "core/tensor.h"
 
 namespace tinyformer::cpu {
 
-// Below this many elements a loop stays on the calling thread: waking the OpenMP team costs
-// a few microseconds, more than a small loop takes.
-inline constexpr std::int64_t kParallelThreshold = 32768;
-
-// Runs body(begin, end) over [0, n) cut into one contiguous chunk per OpenMP thread. Ranges
-// below `threshold`, and calls made inside a parallel region, run on the calling thread.
-// body must not throw: an exception cannot leave an OpenMP region, so callers validate first.
+// Runs body(begin, end) over [0, n) cut into one contiguous chunk per OpenMP thread, when the
+// work is worth waking the team for (backends/cpu/parallel.h): n items of `item_elements`
+// elements each, every element costing `cost` streaming elements. Otherwise, and inside a
+// parallel region, it runs on the calling thread. body must not throw: an exception cannot
+// leave an OpenMP region, so callers validate first.
 template <typename Body>
-void parallel_for(std::int64_t n, Body&& body, std::int64_t threshold = kParallelThreshold) {
+void parallel_for(std::int64_t n, Body&& body, std::int64_t item_elements = 1,
+                  std::int64_t cost = 1) {
   if (n <= 0) return;
-  if (n < threshold || omp_in_parallel() || omp_get_max_threads() == 1) {
+  if (!parallel_worth(n * item_elements, cost)) {
     body(std::int64_t{0}, n);
     return;
   }
@@ -186,16 +186,19 @@ void map_row(F& f, std::int64_t len, Out* out, std::int64_t out_stride,
 
 template <typename Out, typename... In, typename F, std::size_t... I>
 void map_impl(F& f, const Tensor& out, const std::array<Tensor, sizeof...(In)>& in,
-              std::index_sequence<I...>) {
+              std::int64_t cost, std::index_sequence<I...>) {
   const std::int64_t n = out.numel();
   if (n == 0) return;
   Out* o = static_cast<Out*>(out.data_ptr());
   const std::tuple<const In*...> p{static_cast<const In*>(in[I].data_ptr())...};
   const StridedLayout layout = coalesce(out.shape(), {&out.strides(), &in[I].strides()...});
   if (layout.contiguous()) {
-    parallel_for(n, [&](std::int64_t begin, std::int64_t end) {
-      apply_contiguous(f, o + begin, end - begin, (std::get<I>(p) + begin)...);
-    });
+    parallel_for(
+        n,
+        [&](std::int64_t begin, std::int64_t end) {
+          apply_contiguous(f, o + begin, end - begin, (std::get<I>(p) + begin)...);
+        },
+        1, cost);
     return;
   }
   if (layout.transposing()) {
@@ -225,7 +228,7 @@ void map_impl(F& f, const Tensor& out, const std::array<Tensor, sizeof...(In)>& 
             }
           }
         },
-        std::max<std::int64_t>(1, kParallelThreshold / (kTileRows * kTileCols)));
+        kTileRows * kTileCols, cost);
     return;
   }
   // Rows that every operand walks with unit stride (a permuted copy that keeps the last dim,
@@ -233,17 +236,20 @@ void map_impl(F& f, const Tensor& out, const std::array<Tensor, sizeof...(In)>& 
   bool unit_rows = true;
   for (std::size_t k = 0; k <= sizeof...(In); ++k)
     unit_rows = unit_rows && layout.inner_stride(k) == 1;
-  parallel_for(n, [&](std::int64_t begin, std::int64_t end) {
-    std::tuple<RowReader<In>...> readers{RowReader<In>(layout.inner_stride(I + 1))...};
-    for_each_row(layout, begin, end, [&](const std::int64_t* at, std::int64_t len) {
-      if (unit_rows) {
-        apply_contiguous(f, o + at[0], len, (std::get<I>(p) + at[I + 1])...);
-      } else {
-        (std::get<I>(readers).start(std::get<I>(p) + at[I + 1]), ...);
-        map_row(f, len, o + at[0], layout.inner_stride(0), readers);
-      }
-    });
-  });
+  parallel_for(
+      n,
+      [&](std::int64_t begin, std::int64_t end) {
+        std::tuple<RowReader<In>...> readers{RowReader<In>(layout.inner_stride(I + 1))...};
+        for_each_row(layout, begin, end, [&](const std::int64_t* at, std::int64_t len) {
+          if (unit_rows) {
+            apply_contiguous(f, o + at[0], len, (std::get<I>(p) + at[I + 1])...);
+          } else {
+            (std::get<I>(readers).start(std::get<I>(p) + at[I + 1]), ...);
+            map_row(f, len, o + at[0], layout.inner_stride(0), readers);
+          }
+        });
+      },
+      1, cost);
 }
 
 }  // namespace detail
@@ -252,9 +258,11 @@ void map_impl(F& f, const Tensor& out, const std::array<Tensor, sizeof...(In)>& 
 // explicitly and must match the tensors' dtypes (the caller dispatches first):
 //   map<float, float, float>(out, {a, b}, [](float x, float y) { return x + y; });
 // Every tensor has out's shape (broadcast inputs arrive as stride-0 views). f must not throw.
+// cost: f's time per element in streaming elements (parallel.h), for the choice of threads.
 template <typename Out, typename... In, typename F>
-void map(const Tensor& out, const std::array<Tensor, sizeof...(In)>& in, F f) {
-  detail::map_impl<Out, In...>(f, out, in, std::index_sequence_for<In...>{});
+void map(const Tensor& out, const std::array<Tensor, sizeof...(In)>& in, F f,
+         std::int64_t cost = 1) {
+  detail::map_impl<Out, In...>(f, out, in, cost, std::index_sequence_for<In...>{});
 }
 
 }  // namespace tinyformer::cpu

@@ -14,6 +14,12 @@ namespace tinyformer::cpu {
 
 namespace {
 
+// An op's time per element against a streaming copy's (parallel.h): the ops that only move,
+// negate or clamp a value are as cheap as a copy; the others evaluate a polynomial or more.
+constexpr std::int64_t unary_cost(UnaryOp op) {
+  return op == UnaryOp::neg || op == UnaryOp::abs || op == UnaryOp::relu ? 1 : 8;
+}
+
 // out = op(x)
 template <typename T>
 void unary_kernel(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) {
@@ -21,7 +27,8 @@ void unary_kernel(UnaryOp op, const Tensor& x, const Tensor& out, double alpha) 
     if constexpr (std::is_integral_v<T> && !unary_traits(row.value).int64) {
       fail(unary_name(op), ": unsupported dtype ", x.dtype(), " (expected float32 or float64)");
     } else {
-      map<T, T>(out, {x}, [math](T v) { return math.forward(v); });
+      map<T, T>(
+          out, {x}, [math](T v) { return math.forward(v); }, unary_cost(op));
     }
   });
 }
@@ -33,10 +40,12 @@ void unary_backward_kernel(UnaryOp op, const Tensor& grad, const Tensor& x, cons
   visit_unary<T>(op, alpha, [&](auto row, auto math) {
     constexpr UnaryReads reads = unary_traits(row.value).reads;
     if constexpr (reads == UnaryReads::none) {
-      map<T, T>(out, {grad}, [math](T g) { return math.derivative(g, T(0)); });
+      map<T, T>(
+          out, {grad}, [math](T g) { return math.derivative(g, T(0)); }, unary_cost(op));
     } else {
-      map<T, T, T>(out, {grad, reads == UnaryReads::x ? x : y},
-                   [math](T g, T v) { return math.derivative(g, v); });
+      map<T, T, T>(
+          out, {grad, reads == UnaryReads::x ? x : y},
+          [math](T g, T v) { return math.derivative(g, v); }, unary_cost(op));
     }
   });
 }

@@ -1,0 +1,49 @@
+// When a CPU loop is worth handing to the OpenMP team.
+//
+// A parallel region wakes the team's idle threads and ends at a barrier where the calling thread
+// waits for the last of them. When idle threads sleep (passive waiting: the library's default,
+// README "Threading"), a region that follows some work on the calling thread alone, as every
+// op's pass follows the bookkeeping of the op before it, pays for waking them: measured on a
+// 2-core KVM guest (Zen 4), a region with nothing to do took 23-49 us, and a 256 KiB float
+// copy 43-48 us on two threads against 5 us on one (docs/threading.md). A pass over n elements
+// gains n * c * (1 - 1/T) from T threads (c: one thread's time per element), so it goes parallel
+// only above n = wake / (c * (1 - 1/T)): the grain.
+//
+// The grain is fixed for the process, not measured at run time: the wake-up varies several-fold
+// from one moment to the next (with what else runs, and whether a worker has gone to sleep yet),
+// and a measured grain would move with it. It is kPassiveGrain elements when idle threads sleep
+// and kMinParallelGrain when they spin (OMP_WAIT_POLICY=active or GOMP_SPINCOUNT), where waking
+// costs about a microsecond; TINYFORMER_PARALLEL_GRAIN=<elements> sets it. A kernel whose
+// elements each cost `cost` streaming elements (a read and a write of a float) passes that cost.
+//
+// The grain decides only how many threads run a loop, never what it computes: every loop that
+// uses it gives the same bits on any number of threads (reductions combine fixed blocks in a
+// fixed order).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tinyformer::cpu {
+
+inline constexpr std::int64_t kMinParallelGrain = std::int64_t{1} << 15;
+inline constexpr std::int64_t kPassiveGrain = std::int64_t{1} << 19;
+
+// Elements of a streaming pass below which a loop stays on the calling thread.
+std::int64_t parallel_grain();
+
+// Whether a pass over `elements`, each costing `cost` streaming elements, goes to the team: at
+// least parallel_grain() of work, more than one thread, not already inside a parallel region.
+bool parallel_worth(std::int64_t elements, std::int64_t cost = 1);
+
+// Threads for such a pass: OpenMP's maximum, or 1 where parallel_worth() says no.
+int pass_threads(std::int64_t elements, std::int64_t cost = 1);
+
+// The grain and where it comes from, for runtime_info().
+std::string parallel_grain_info();
+
+// Overrides the grain for this process (tests: the threaded paths at small sizes, the same
+// results on either side of it); 0 goes back to the configured one.
+void set_parallel_grain(std::int64_t grain);
+
+}  // namespace tinyformer::cpu
