@@ -26,6 +26,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
+#include "autograd/layout.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
@@ -82,6 +83,20 @@ void check_attention_inputs(const char* op, const Tensor& query, const Tensor& k
 }
 
 namespace {
+// t * scale, laid out like t when t is a permuted view of a dense buffer (attention's heads):
+// the product runs over the buffer in memory order as one stream, where a contiguous result
+// would walk t in rows of d elements. Views and mul only, so it stays differentiable.
+Tensor scaled_like(const Tensor& t, double scale) {
+  const Tensor s = scalar_tensor(scale, {.dtype = t.dtype(), .device = t.device()});
+  const std::optional<std::vector<std::int64_t>> order = memory_order(t);
+  if (!order) return mul(t, s);
+  Shape forward(order->begin(), order->end()), inverse(order->size());
+  for (std::size_t i = 0; i < order->size(); ++i) {
+    inverse[static_cast<std::size_t>((*order)[i])] = static_cast<std::int64_t>(i);
+  }
+  return mul(t.permute(forward), s).permute(inverse);
+}
+
 // dS from P and dP (p, dp: [..., m], p contiguous; the backend works on [rows, m]), in dS's
 // dtype `ds_dtype`: P's, or bfloat16 for a bfloat16 P with a float32 dP.
 Tensor softmax_backward_rows(const Tensor& p, const Tensor& dp, DType ds_dtype) {
@@ -104,7 +119,6 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
   const std::int64_t n = query.size(-2), m = key.size(-2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
   const bool use_dropout = options.training && options.dropout > 0;
-  const TensorOptions like_query{.dtype = query.dtype(), .device = query.device()};
   const bool bfloat16_p =
       autocast_dtype() == DType::bfloat16 && query.dtype() == DType::float32 && !use_dropout;
 
@@ -112,7 +126,7 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
   Tensor out;
   {
     NoGradGuard no_grad;
-    const Tensor query_scaled = mul(query, scalar_tensor(scale, like_query));
+    const Tensor query_scaled = scaled_like(query, scale);
     Tensor s = matmul(query_scaled, key.transpose(-2, -1));  // [..., n, m]
     const double minus_inf = -std::numeric_limits<double>::infinity();
     if (excluded_mask.defined()) s = masked_fill(s, excluded_mask, minus_inf);
@@ -145,15 +159,15 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
   Tensor saved_query = save(query), saved_key = save(key), saved_value = save(value);
   return record("fused_attention", out, {query, key, value},
                 [saved_query, saved_key, saved_value, p, pd, keep, scale](const Tensor& g) {
-                  const Tensor s = scalar_tensor(scale, {.dtype = g.dtype(), .device = g.device()});
                   Tensor d_value = matmul_like(pd.transpose(-2, -1), g, saved_value);
                   Tensor dp = matmul(g, saved_value.transpose(-2, -1));
                   if (keep.defined()) dp = mul(dp, keep);
                   Tensor ds = softmax_backward_rows(p, dp, p.dtype());
                   // The scale goes on the [m, d] and [n, d] operands rather than on the
                   // products, which then land in the query's and key's layouts directly.
-                  Tensor d_query = matmul_like(ds, mul(saved_key, s), saved_query);
-                  Tensor d_key = matmul_like(ds.transpose(-2, -1), mul(saved_query, s), saved_key);
+                  Tensor d_query = matmul_like(ds, scaled_like(saved_key, scale), saved_query);
+                  Tensor d_key =
+                      matmul_like(ds.transpose(-2, -1), scaled_like(saved_query, scale), saved_key);
                   return std::vector<Tensor>{d_query, d_key, d_value};
                 });
 }
