@@ -1,4 +1,4 @@
-// The parallel grain (backends/cpu/parallel.h).
+// OpenMP's wait policy and the parallel grain (backends/cpu/parallel.h).
 #include "backends/cpu/parallel.h"
 
 #include <omp.h>
@@ -80,6 +80,13 @@ bool parallel_worth(std::int64_t elements, std::int64_t cost) {
 
 int pass_threads(std::int64_t elements, std::int64_t cost) {
   return parallel_worth(elements, cost) ? omp_get_max_threads() : 1;
+}
+
+std::string wait_policy_info() {
+  if (tinyformer_omp_wait_policy_set_by_library() != 0)
+    return "passive waiting (the library's default; OMP_WAIT_POLICY=active to spin)";
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  return std::string("OMP_WAIT_POLICY=") + (policy != nullptr ? policy : "(unset)");
 }
 
 std::string parallel_grain_info() {

@@ -42,6 +42,10 @@ int pass_threads(std::int64_t elements, std::int64_t cost = 1);
 // The grain and where it comes from, for runtime_info().
 std::string parallel_grain_info();
 
+// OMP_WAIT_POLICY as libgomp took it at start-up (backends/cpu/omp_wait_policy/), for
+// runtime_info().
+std::string wait_policy_info();
+
 // Overrides the grain for this process (tests: the threaded paths at small sizes, the same
 // results on either side of it); 0 goes back to the configured one.
 void set_parallel_grain(std::int64_t grain);

@@ -14,15 +14,6 @@
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/parallel.h"
 
-#if TINYFORMER_OMP_WAIT_POLICY_LIBRARY
-// backends/cpu/omp_wait_policy/omp_wait_policy.cpp (a library of its own; shared builds only).
-extern "C" int tinyformer_omp_wait_policy_set_by_library();
-#else
-extern "C" inline int tinyformer_omp_wait_policy_set_by_library() {
-  return 0;
-}
-#endif
-
 namespace tinyformer::cpu {
 
 namespace {
@@ -69,14 +60,6 @@ const char* parallel_name(int mode) {
 
 }  // namespace
 
-// OMP_WAIT_POLICY as libgomp saw it at start-up (backends/cpu/omp_wait_policy/).
-static std::string wait_policy() {
-  if (tinyformer_omp_wait_policy_set_by_library() != 0)
-    return "passive waiting (the library's default; OMP_WAIT_POLICY=active to spin)";
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  return std::string("OMP_WAIT_POLICY=") + (policy != nullptr ? policy : "(unset)");
-}
-
 std::string runtime_info() {
   std::ostringstream s;
   const dnnl_version_t* v = dnnl::version();
@@ -91,7 +74,7 @@ std::string runtime_info() {
     << isa_name(dnnl::get_effective_cpu_isa()) << ", "
     << (v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other") << " runtime\n"
     << "OpenMP: " << omp_get_max_threads() << " threads (of " << omp_get_num_procs()
-    << " processors), " << wait_policy() << "\n"
+    << " processors), " << wait_policy_info() << "\n"
     << "parallel grain: " << parallel_grain_info() << "\n"
     << "bfloat16 products: "
     << (bf16_matmul_fast()     ? "oneDNN bfloat16 kernels"

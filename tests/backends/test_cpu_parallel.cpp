@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -180,5 +181,30 @@ TEST_CASE("parallel grain: every pass that takes it gives the same bits on any t
       cpu_backend().adamw_step(p, b, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.01, true, 0.1, 0.001);
       return std::vector<Tensor>{p, m, v};
     });
+  }
+}
+
+// TINYFORMER_PARALLEL_GRAIN: ctest runs this case with a valid value (and
+// TINYFORMER_EXPECT_GRAIN naming it) and with a malformed one, whose Error must reach the output
+// (tests/CMakeLists.txt). Without either variable the configured grain is one of the two
+// defaults.
+TEST_CASE("parallel grain: the environment sets it, a malformed value is an Error") {
+  const std::int64_t suite = grain::parallel_grain();
+  grain::set_parallel_grain(0);  // this suite's own setting off: the configured grain shows
+  std::int64_t configured = 0;
+  std::string info;
+  try {
+    configured = grain::parallel_grain();
+    info = grain::parallel_grain_info();
+  } catch (...) {
+    grain::set_parallel_grain(suite);
+    throw;
+  }
+  grain::set_parallel_grain(suite);
+  if (const char* expect = std::getenv("TINYFORMER_EXPECT_GRAIN")) {
+    CHECK(configured == std::atoll(expect));
+    CHECK(info.find("(TINYFORMER_PARALLEL_GRAIN)") != std::string::npos);
+  } else if (std::getenv("TINYFORMER_PARALLEL_GRAIN") == nullptr) {
+    CHECK((configured == grain::kPassiveGrain || configured == grain::kMinParallelGrain));
   }
 }
