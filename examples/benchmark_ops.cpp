@@ -4,7 +4,7 @@
 // then per op: the median time of ours (the backend's kernel, and the public op where there is
 // one) and of each reference, GFLOP/s or GB/s, and ours as a fraction of the best raw speed
 // (best raw time / our time; 1.00 means as fast), by medians and, less sensitive to other
-// processes on the machine, by the fastest runs.
+// processes on the machine, by the fastest runs. Last, what waking the OpenMP team costs.
 //
 //   benchmark_ops            # the full table, about a minute on 2 cores (3 s per row at most,
 //                            # beyond 5 rounds)
@@ -15,8 +15,10 @@
 #include <tinyformer/tinyformer.h>
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <dnnl.hpp>
@@ -353,6 +355,48 @@ void bench_elementwise(std::int64_t n) {
   print_row(gelu_row);
 }
 
+// What a parallel region costs when it follows 5 us of work on the calling thread alone, as an
+// op's pass follows the bookkeeping of the op before it: a region with nothing to do and copies
+// split over the team, against the same copies on the calling thread (docs/threading.md; run
+// with OMP_WAIT_POLICY=active to compare spinning threads). Medians of 61 regions.
+void bench_team_wakeup() {
+  using Clock = std::chrono::steady_clock;
+  const auto us_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+  };
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<float> src(std::size_t{1} << 18, 1.0f), dst(src.size(), 0.0f);
+  std::printf("\nparallel region after 5 us on the calling thread (%d threads):\n",
+              omp_get_max_threads());
+  std::printf("%-16s %12s %12s\n", "work", "team us", "one thread us");
+  for (const std::int64_t kib : {0, 64, 256, 1024}) {
+    const std::int64_t n = kib * 256;  // floats
+    std::vector<double> team, one;
+    for (int i = 0; i < 61; ++i) {
+      const auto gap = Clock::now();
+      while (us_since(gap) < 5) {
+      }
+      const auto start = Clock::now();
+#pragma omp parallel
+      {
+        const std::int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+        const std::int64_t chunk = (n + threads - 1) / threads;
+        const std::int64_t begin = std::min(n, t * chunk), end = std::min(n, begin + chunk);
+        if (begin < end) std::memcpy(dst.data() + begin, src.data() + begin, (end - begin) * 4);
+      }
+      team.push_back(us_since(start));
+      const auto serial = Clock::now();
+      if (n > 0) std::memcpy(dst.data(), src.data(), static_cast<std::size_t>(n) * 4);
+      one.push_back(us_since(serial));
+    }
+    const std::string work = kib == 0 ? "nothing" : "copy " + std::to_string(kib) + " KiB";
+    std::printf("%-16s %12.1f %12.1f\n", work.c_str(), median(team), median(one));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -387,6 +431,7 @@ int main(int argc, char** argv) {
     bench_softmax(16 * 1024 / d, 1024 / d);
     bench_layer_norm(8192 / d, 768 / d);
     bench_elementwise(16 * 1024 * 1024 / (d * d));
+    bench_team_wakeup();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "benchmark_ops: %s\n", e.what());
     return 1;

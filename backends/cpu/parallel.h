@@ -4,8 +4,8 @@
 // waits for the last of them. When idle threads sleep (passive waiting: the library's default,
 // README "Threading"), a region that follows some work on the calling thread alone, as every
 // op's pass follows the bookkeeping of the op before it, pays for waking them: measured on a
-// 2-core KVM guest (Zen 4), a region with nothing to do took 23-49 us, and a 256 KiB float
-// copy 43-48 us on two threads against 5 us on one (docs/threading.md). A pass over n elements
+// 2-core KVM guest (Zen 4), a region with nothing to do took 9-42 us, and a 256 KiB float
+// copy 14-48 us on two threads against 5-8 us on one (docs/threading.md). A pass over n elements
 // gains n * c * (1 - 1/T) from T threads (c: one thread's time per element), so it goes parallel
 // only above n = wake / (c * (1 - 1/T)): the grain.
 //
