@@ -12,6 +12,9 @@
 // call never materialises: when a gradient is needed, the call stops at the bias (z, saved by
 // the activation's own unary node) and the activation runs as the differentiable unary op; the
 // bias pass is still saved. Without a gradient (NoGradGuard, inference) gelu is fused too.
+// The backward's first step, gz and gb, is one pass over g (the backend's
+// linear_backward_epilogue), which in mixed precision also rounds gz to bfloat16 once for both
+// products; the products then run on the backend directly (backward runs outside the graph).
 #include "autograd/linear.h"
 
 #include <algorithm>
@@ -47,6 +50,17 @@ Tensor as_rows(const Tensor& x, std::int64_t m, std::int64_t k) {
 // t itself when contiguous, else a contiguous copy.
 Tensor dense(const Tensor& t) {
   return !t.defined() || t.is_contiguous() ? t : raw::contiguous(t);
+}
+
+// a @ b for matrices a: [M, K] and b: [K, N] of any strides, into a new contiguous [M, N] of
+// `dtype` (the operands' dtype, or float32 for bfloat16 operands), outside the graph.
+Tensor product(Backend& be, const Tensor& a, const Tensor& b, DType dtype) {
+  const auto batch_of_one = [](const Tensor& t) {
+    return raw::as_strided(t, {1, t.size(0), t.size(1)}, {0, t.stride(0), t.stride(1)}, t.offset());
+  };
+  Tensor out = empty({a.size(0), b.size(1)}, {.dtype = dtype, .device = a.device()});
+  be.matmul(batch_of_one(a), batch_of_one(b), batch_of_one(out));
+  return out;
 }
 
 void check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue epilogue) {
@@ -92,18 +106,29 @@ Tensor fused(const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue
   const Tensor saved_y = epilogue == Epilogue::relu ? save(out) : Tensor();
   const bool b_grad = bias.defined() && bias.requires_grad();
   const Shape x_shape = x.shape();
+  // Mixed precision: bfloat16 operands, float32 result, bias and gradients.
+  const bool mixed = x2.dtype() == DType::bfloat16 && result_dtype == DType::float32;
   return record("linear", out, {x, weight, bias}, [=](const Tensor& g) {
-    Tensor gz = reshape(g, {m, n});  // [M, N]
-    if (epilogue == Epilogue::relu) {
-      Tensor masked = empty({m, n}, {.dtype = g.dtype(), .device = g.device()});
-      backend(g.device())
-          .unary_backward(UnaryOp::relu, gz, Tensor(), reshape(saved_y, {m, n}), masked, 0.0);
-      gz = masked;
+    Backend& be = backend(g.device());
+    Tensor gz = dense(reshape(g, {m, n}));  // [M, N]
+    Tensor gb;
+    // The products read g itself unless the activation masks it or it must be rounded.
+    const bool new_gz =
+        (epilogue == Epilogue::relu || mixed) && (saved_w.defined() || saved_x.defined());
+    if (new_gz || b_grad) {
+      const Tensor masked =
+          new_gz
+              ? empty({m, n}, {.dtype = mixed ? DType::bfloat16 : g.dtype(), .device = g.device()})
+              : Tensor();
+      if (b_grad) gb = empty({n}, {.dtype = g.dtype(), .device = g.device()});
+      be.linear_backward_epilogue(
+          gz, epilogue == Epilogue::relu ? dense(reshape(saved_y, {m, n})) : Tensor(), epilogue,
+          masked, gb);
+      if (new_gz) gz = masked;
     }
-    Tensor gx, gw, gb;
-    if (saved_w.defined()) gx = reshape(matmul(gz, saved_w), x_shape);  // [..., K]
-    if (saved_x.defined()) gw = matmul(transpose(gz, 0, 1), saved_x);   // [N, K]
-    if (b_grad) gb = sum(gz, {0});                                      // [N]
+    Tensor gx, gw;
+    if (saved_w.defined()) gx = reshape(product(be, gz, saved_w, g.dtype()), x_shape);  // [..., K]
+    if (saved_x.defined()) gw = product(be, transpose(gz, 0, 1), saved_x, g.dtype());   // [N, K]
     return std::vector<Tensor>{gx, gw, gb};
   });
 }

@@ -306,6 +306,51 @@ LinearShape check_linear_args(const Tensor& x, const Tensor& weight, const Tenso
   return {m, k, n, m <= 1 || k == 0 ? std::max<std::int64_t>(k, 1) : x.stride(0)};
 }
 
+// grad: [M, N] contiguous of a dtype the backend takes; y: grad's shape and dtype, defined exactly
+// when the epilogue reads it (relu); grad_z: grad's shape, grad's dtype or (mixed precision) a
+// bfloat16 for a float32 grad, or undefined; grad_bias: [N] of grad's dtype or undefined; the
+// outputs share no memory with the inputs or with each other.
+LinearGradShape check_linear_backward_epilogue_args(const Tensor& grad, const Tensor& y,
+                                                    Epilogue epilogue, const Tensor& grad_z,
+                                                    const Tensor& grad_bias,
+                                                    const Backend& backend) {
+  const char* op = "linear_backward_epilogue";
+  TF_CHECK(grad.defined(), op, ": expected a defined grad, got an undefined Tensor");
+  TF_CHECK(grad.dim() == 2, op, ": expected grad of shape [M, N], got ", shape_str(grad.shape()));
+  check_supported(Op::linear_backward_epilogue, grad.dtype(), op, backend);
+  check_backend_device(grad, op, "grad", backend);
+  check_operand(grad, op, "grad", grad.shape(), grad.dtype(), grad.device());
+  TF_CHECK(epilogue == Epilogue::none || epilogue == Epilogue::relu, op,
+           ": expected the epilogue none or relu (the gelus' derivatives read the product, which "
+           "linear does not keep), got ",
+           is_epilogue(epilogue) ? epilogue_name(epilogue) : "an unknown epilogue");
+  if (epilogue == Epilogue::relu) {
+    TF_CHECK(y.defined(), op, ": expected the layer's output y for relu, got an undefined Tensor");
+    check_operand(y, op, "y", grad.shape(), grad.dtype(), grad.device());
+  } else {
+    TF_CHECK(!y.defined(), op, ": expected no y for the epilogue none, got one");
+  }
+  const std::int64_t m = grad.size(0), n = grad.size(1);
+  if (grad_z.defined()) {
+    const bool mixed = grad.dtype() == DType::float32 && grad_z.dtype() == DType::bfloat16;
+    check_operand(grad_z, op, "grad_z", grad.shape(), mixed ? DType::bfloat16 : grad.dtype(),
+                  grad.device());
+  }
+  if (grad_bias.defined()) {
+    check_operand(grad_bias, op, "grad_bias", {n}, grad.dtype(), grad.device());
+  }
+  const auto apart = [](const Tensor& out, const Tensor& other) {
+    return !out.defined() || !other.defined() || out.numel() == 0 || other.numel() == 0 ||
+           out.storage() != other.storage();
+  };
+  for (const Tensor* out : {&grad_z, &grad_bias}) {
+    TF_CHECK(apart(*out, grad) && apart(*out, y), op, ": ", out == &grad_z ? "grad_z" : "grad_bias",
+             " shares memory with an input");
+  }
+  TF_CHECK(apart(grad_z, grad_bias), op, ": grad_z and grad_bias share memory");
+  return {m, n};
+}
+
 // Every tensor must be a contiguous [R, C] of the first one's shape and one dtype the backend
 // normalizes, on the device of the last one (the output).
 void check_softmax_args(const char* op, std::initializer_list<const Tensor*> tensors,

@@ -51,6 +51,14 @@ struct LinearShape {
 };
 LinearShape check_linear_args(const Tensor& x, const Tensor& weight, const Tensor& bias,
                               Epilogue epilogue, const Tensor& out, const Backend& backend);
+// linear_backward_epilogue (core/ops.def); returns {M, N}.
+struct LinearGradShape {
+  std::int64_t m, n;
+};
+LinearGradShape check_linear_backward_epilogue_args(const Tensor& grad, const Tensor& y,
+                                                    Epilogue epilogue, const Tensor& grad_z,
+                                                    const Tensor& grad_bias,
+                                                    const Backend& backend);
 
 // softmax, log_softmax and their backwards: contiguous [R, C] tensors of one shape and dtype,
 // except for mixed precision's pairs: out (and a backward's y) may be bfloat16 where the tensor

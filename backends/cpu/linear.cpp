@@ -14,15 +14,20 @@
 //     float32 accumulator is written as it is;
 //   float64 (oneDNN has no float64 matmul): cblas_dgemm, then one loop that adds the bias and
 //     applies the activation with the shared math of core/unary_math.h.
+// CpuBackend::linear_backward_epilogue: the backward of the bias and activation in one pass over
+// the output's gradient, which writes the product's gradient (rounded to bfloat16 in mixed
+// precision, for the backward's two products) and sums its columns into the bias gradient.
 #include <cblas.h>
 
 #include <algorithm>
+#include <bit>
 #include <climits>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
@@ -148,7 +153,124 @@ void linear_blas(const Tensor& x, const Tensor& weight, const Tensor& bias, Epil
   add_bias_and_activate<T>(o, bias.defined() ? bias.data<T>() : nullptr, m, n, epilogue);
 }
 
+// linear_backward_epilogue's blocks: rows are cut into at most kGradBlocks blocks of at least
+// kGradBlockRows rows, and columns into tiles of at most kGradTile, by the shape alone; each
+// (block, tile) item sums its columns in double, and the blocks' sums are added in order, so the
+// bias gradient has the same bits on any number of threads.
+constexpr std::int64_t kGradBlocks = 32, kGradBlockRows = 64, kGradTile = 2048;
+
+// bfloat16::round without a branch, so that the loop below vectorizes: NaN stays a quiet NaN,
+// everything else rounds to nearest even.
+inline std::uint16_t round_to_bfloat16(float value) {
+  const auto u = std::bit_cast<std::uint32_t>(value);
+  const auto nan = static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  const auto rounded = static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  return (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+}
+
+// Rows [r0, r1) x columns [c0, c0 + w) of grad (row length n): z = grad * act'(z) into gz (when
+// kZ), and each column's sum of z added to acc[0, w) (when kSum).
+template <bool kRelu, bool kZ, bool kSum, typename T, typename Z>
+void epilogue_grad_item(const T* grad, const T* y, Z* gz, double* acc, std::int64_t n,
+                        std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t w) {
+  const UnaryMath<UnaryOp::relu, T> relu;
+  for (std::int64_t i = r0; i < r1; ++i) {
+    const T* g = grad + i * n + c0;
+    [[maybe_unused]] const T* yr = kRelu ? y + i * n + c0 : nullptr;
+    [[maybe_unused]] Z* z = kZ ? gz + i * n + c0 : nullptr;
+#pragma omp simd
+    for (std::int64_t j = 0; j < w; ++j) {
+      T v = g[j];
+      if constexpr (kRelu) v = relu.derivative(v, yr[j]);
+      if constexpr (kZ) {
+        if constexpr (std::is_same_v<Z, std::uint16_t>) {
+          z[j] = round_to_bfloat16(static_cast<float>(v));
+        } else {
+          z[j] = v;
+        }
+      }
+      if constexpr (kSum) acc[j] += static_cast<double>(v);
+    }
+  }
+}
+
+template <typename T, typename Z>
+void linear_backward_epilogue_kernel(const Tensor& grad, const Tensor& y, bool relu,
+                                     const Tensor& grad_z, const Tensor& grad_bias) {
+  const std::int64_t m = grad.size(0), n = grad.size(1);
+  const bool want_z = grad_z.defined(), want_sum = grad_bias.defined();
+  const std::int64_t block_rows = std::max(kGradBlockRows, (m + kGradBlocks - 1) / kGradBlocks);
+  const std::int64_t blocks = (m + block_rows - 1) / block_rows;
+  const std::int64_t width = std::min(n, kGradTile), tiles = (n + width - 1) / width;
+  // partial[b * n + j]: block b's sum of column j.
+  std::vector<double> partial(want_sum ? static_cast<std::size_t>(blocks * n) : 0);
+  const T* g = grad.data<T>();
+  const T* yp = relu ? y.data<T>() : nullptr;
+  Z* gz = want_z ? static_cast<Z*>(grad_z.data_ptr()) : nullptr;
+  const auto run = [&](auto relu_c, auto z_c, auto sum_c) {
+    parallel_for(
+        blocks * tiles,
+        [&](std::int64_t begin, std::int64_t end) {
+          for (std::int64_t item = begin; item < end; ++item) {
+            const std::int64_t b = item / tiles, c0 = item % tiles * width;
+            const std::int64_t r0 = b * block_rows, r1 = std::min(m, r0 + block_rows);
+            const std::int64_t w = std::min(width, n - c0);
+            double* acc = sum_c() ? partial.data() + b * n + c0 : nullptr;
+            epilogue_grad_item<relu_c(), z_c(), sum_c()>(g, yp, gz, acc, n, r0, r1, c0, w);
+          }
+        },
+        block_rows * width, 2);
+  };
+  const auto with_sum = [&](auto relu_c, auto z_c) {
+    if (want_sum) {
+      run(relu_c, z_c, std::true_type{});
+    } else {
+      run(relu_c, z_c, std::false_type{});
+    }
+  };
+  const auto with_z = [&](auto relu_c) {
+    if (want_z) {
+      with_sum(relu_c, std::true_type{});
+    } else {
+      with_sum(relu_c, std::false_type{});
+    }
+  };
+  if (relu) {
+    with_z(std::true_type{});
+  } else {
+    with_z(std::false_type{});
+  }
+  if (!want_sum) return;
+  T* out = grad_bias.data<T>();
+  for (std::int64_t j = 0; j < n; ++j) {
+    double sum = 0.0;
+    for (std::int64_t b = 0; b < blocks; ++b) sum += partial[static_cast<std::size_t>(b * n + j)];
+    out[j] = static_cast<T>(sum);
+  }
+}
+
 }  // namespace
+
+void CpuBackend::linear_backward_epilogue(const Tensor& grad, const Tensor& y, Epilogue epilogue,
+                                          const Tensor& grad_z, const Tensor& grad_bias) {
+  check_linear_backward_epilogue_args(grad, y, epilogue, grad_z, grad_bias, *this);
+  if (grad.numel() == 0) {
+    if (grad_bias.defined()) fill(grad_bias, 0.0);  // the sum of no rows
+    return;
+  }
+  const bool relu = epilogue == Epilogue::relu;
+  dispatch_floating(grad.dtype(), "linear_backward_epilogue", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float>) {
+      if (grad_z.defined() && grad_z.dtype() == DType::bfloat16) {
+        // bfloat16's bits, written as the integers they are.
+        return linear_backward_epilogue_kernel<float, std::uint16_t>(grad, y, relu, grad_z,
+                                                                     grad_bias);
+      }
+    }
+    linear_backward_epilogue_kernel<T, T>(grad, y, relu, grad_z, grad_bias);
+  });
+}
 
 // x: [M, K] (unit column stride, row stride >= K), weight: [N, K], bias: [N] or undefined,
 // out: [M, N] = act(x weight^T + bias).

@@ -140,6 +140,7 @@ bool CpuBackend::supports(Op op, DType dtype) const {
     case Op::linear:
       return f32_f64 || dtype == DType::bfloat16;
     case Op::unary_backward:
+    case Op::linear_backward_epilogue:
     case Op::softmax:
     case Op::softmax_backward:
     case Op::layer_norm:

@@ -7,6 +7,10 @@
 // heuristics weigh the operands' alignment), run cublasGemmEx and then that kernel for the bias
 // and the activation.
 //
+// CudaBackend::linear_backward_epilogue: the gradient of the product (grad masked by relu's
+// derivative, rounded to bfloat16 in mixed precision) and the bias gradient (its column sums, in
+// double) in one pass over grad.
+//
 // cuBLAS is column-major (see matmul.cpp): the row-major out [M, N] is the column-major
 // D [N, M] = W X^T, where the row-major W [N, K] is the column-major [K, N] matrix read with
 // the T flag and the row-major x [M, K] (row stride ld) is the column-major [K, M] matrix with
@@ -14,6 +18,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <functional>
@@ -271,6 +276,115 @@ void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bi
   linear_gemm(x, weight, s, out);
   dispatch_floating(out.dtype(), "linear",
                     [&](auto tag) { launch_bias_activation<decltype(tag)>(out, bias, epilogue); });
+}
+
+namespace {
+
+// linear_backward_epilogue's grid: a block covers kGradColumns columns with kGradRows rows of
+// threads, over one chunk of the rows; chunks are cut by the shape alone (at most kGradChunks of
+// at least kGradChunkRows rows), and their sums are added in order by a second kernel, so the
+// bias gradient has the same bits on every run.
+constexpr int kGradColumns = 32, kGradRows = 8;
+constexpr std::int64_t kGradChunks = 64, kGradChunkRows = 64;
+
+struct GradLayout {
+  std::int64_t m = 0, n = 0, chunk = 0, chunks = 1;
+};
+
+// Thread (c, w) of item (tile, chunk s): column tile * kGradColumns + c, rows r0 + w,
+// r0 + w + kGradRows, ... of chunk s; z = grad * act'(z) into gz (when not null) and the column's
+// sum into partial[column * chunks + s] (when not null), the rows' threads combined in order.
+template <typename T, typename Z>
+__global__ void linear_grad_kernel(const T* grad, const T* y, Z* gz, double* partial,
+                                   GradLayout l) {
+  __shared__ double tile[kGradRows][kGradColumns];
+  const int c = threadIdx.x, w = threadIdx.y;
+  const std::int64_t tiles = (l.n + kGradColumns - 1) / kGradColumns;
+  const UnaryMath<UnaryOp::relu, acc_t<T>> relu;
+  for (std::int64_t item = blockIdx.x; item < tiles * l.chunks; item += gridDim.x) {
+    const std::int64_t j = item / l.chunks * kGradColumns + c, s = item % l.chunks;
+    const std::int64_t r0 = s * l.chunk, r1 = r0 + l.chunk < l.m ? r0 + l.chunk : l.m;
+    double acc = 0.0;
+    if (j < l.n) {
+      for (std::int64_t r = r0 + w; r < r1; r += kGradRows) {
+        const std::int64_t i = r * l.n + j;
+        acc_t<T> v = to_acc(grad[i]);
+        if (y != nullptr) v = relu.derivative(v, to_acc(y[i]));
+        if (gz != nullptr) gz[i] = from_acc<Z>(v);
+        acc += static_cast<double>(v);
+      }
+    }
+    if (partial != nullptr) {
+      tile[w][c] = acc;
+      __syncthreads();
+      if (w == 0 && j < l.n) {
+        for (int k = 1; k < kGradRows; ++k) acc += tile[k][c];
+        partial[j * l.chunks + s] = acc;
+      }
+      __syncthreads();  // the tile is rewritten by the next item
+    }
+  }
+}
+
+// grad_bias[j] = the sum of partial[j * chunks + s] over s, in order.
+template <typename T>
+__global__ void linear_grad_bias_kernel(const double* partial, T* grad_bias, GradLayout l) {
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < l.n;
+       j += step) {
+    double acc = 0.0;
+    for (std::int64_t s = 0; s < l.chunks; ++s) acc += partial[j * l.chunks + s];
+    grad_bias[j] = from_acc<T>(acc);
+  }
+}
+
+template <typename T, typename Z>
+void launch_linear_grad(const Tensor& grad, const Tensor& y, const Tensor& grad_z,
+                        const Tensor& grad_bias) {
+  GradLayout l;
+  l.m = grad.size(0);
+  l.n = grad.size(1);
+  const std::int64_t chunks =
+      std::max<std::int64_t>(1, std::min(kGradChunks, l.m / kGradChunkRows));
+  l.chunk = (l.m + chunks - 1) / chunks;
+  l.chunks = (l.m + l.chunk - 1) / l.chunk;  // no empty chunk
+  Tensor partial;
+  if (grad_bias.defined()) {
+    partial = empty({l.n * l.chunks}, {.dtype = DType::float64, .device = grad.device()});
+  }
+  const std::int64_t tiles = (l.n + kGradColumns - 1) / kGradColumns;
+  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(tiles * l.chunks, 65536));
+  double* pp = grad_bias.defined() ? device_data<double>(partial) : nullptr;
+  linear_grad_kernel<T, Z><<<blocks, dim3(kGradColumns, kGradRows), 0, stream()>>>(
+      device_data<const T>(grad), y.defined() ? device_data<const T>(y) : nullptr,
+      grad_z.defined() ? device_data<Z>(grad_z) : nullptr, pp, l);
+  TF_CUDA_CHECK_LAUNCH("linear_backward_epilogue");
+  if (grad_bias.defined()) {
+    linear_grad_bias_kernel<T>
+        <<<grid_for(l.n), kBlock, 0, stream()>>>(pp, device_data<T>(grad_bias), l);
+    TF_CUDA_CHECK_LAUNCH("linear_backward_epilogue");
+  }
+}
+
+}  // namespace
+
+void CudaBackend::linear_backward_epilogue(const Tensor& grad, const Tensor& y, Epilogue epilogue,
+                                           const Tensor& grad_z, const Tensor& grad_bias) {
+  check_linear_backward_epilogue_args(grad, y, epilogue, grad_z, grad_bias, *this);
+  if (grad.numel() == 0) {
+    if (grad_bias.defined()) fill(grad_bias, 0.0);  // the sum of no rows
+    return;
+  }
+  const Tensor relu_y = epilogue == Epilogue::relu ? y : Tensor();
+  dispatch_floating(grad.dtype(), "linear_backward_epilogue", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float>) {
+      if (grad_z.defined() && grad_z.dtype() == DType::bfloat16) {
+        return launch_linear_grad<float, bf16>(grad, relu_y, grad_z, grad_bias);
+      }
+    }
+    launch_linear_grad<T, T>(grad, relu_y, grad_z, grad_bias);
+  });
 }
 
 }  // namespace tinyformer::cuda

@@ -80,6 +80,7 @@ bool CudaBackend::supports(Op op, DType dtype) const {
     case Op::max_dim:
       return floating || dtype == DType::int64;
     case Op::unary_backward:
+    case Op::linear_backward_epilogue:
     case Op::matmul:
     case Op::linear:
     case Op::softmax:

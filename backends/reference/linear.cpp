@@ -47,3 +47,26 @@ void ReferenceBackend::linear(const Tensor& x, const Tensor& weight, const Tenso
 }
 
 }  // namespace tinyformer::reference
+
+namespace tinyformer::reference {
+
+// grad_z[i, j] = grad[i, j] * act'(z[i, j]) (relu: where y[i, j] > 0), grad_bias[j] = the sum of
+// grad_z[i, j] over i, in double, before grad_z is rounded to its dtype.
+void ReferenceBackend::linear_backward_epilogue(const Tensor& grad, const Tensor& y,
+                                                Epilogue epilogue, const Tensor& grad_z,
+                                                const Tensor& grad_bias) {
+  const LinearGradShape s =
+      check_linear_backward_epilogue_args(grad, y, epilogue, grad_z, grad_bias, *this);
+  for (std::int64_t j = 0; j < s.n; ++j) {
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < s.m; ++i) {
+      double g = at(grad, {i, j});
+      if (epilogue == Epilogue::relu && !(at(y, {i, j}) > 0.0)) g = 0.0;
+      sum += g;
+      if (grad_z.defined()) set_at(grad_z, {i, j}, g);
+    }
+    if (grad_bias.defined()) set_at(grad_bias, {j}, sum);
+  }
+}
+
+}  // namespace tinyformer::reference

@@ -2,6 +2,7 @@
 // equal to the explicit bfloat16 computation, the cached parameter copies and their gradients.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -78,6 +79,12 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return true;
 }
 
+double max_abs(const Tensor& t) {
+  double m = 0.0;
+  for (float v : as_floats(t)) m = std::max(m, static_cast<double>(std::abs(v)));
+  return m;
+}
+
 }  // namespace
 
 TEST_CASE("bfloat16 rounding: nearest even, subnormals, inf and NaN against a reference") {
@@ -145,6 +152,44 @@ TEST_CASE("autocast: matmul equals the explicit bfloat16 product with a float32 
   CHECK(bitwise_equal(got, explicit_product));
   // Outside the guard the product is float32 and differs from the bfloat16 one.
   CHECK(!bitwise_equal(matmul(a, b), explicit_product));
+}
+
+TEST_CASE(
+    "autocast: linear's backward rounds the masked gradient once, the bias's sum is float32") {
+  // y = relu(x W^T + b) under autocast, loss sum(y * r). By hand: gz = r where y > 0, else 0
+  // (float32); the bias gradient is gz's column sums, unrounded; x's and W's gradients are the
+  // bfloat16 products of gz rounded once, with float32 results.
+  manual_seed(11);
+  for (const Epilogue epilogue : {Epilogue::relu, Epilogue::none}) {
+    CAPTURE(epilogue_name(epilogue));
+    const Tensor x = randn32({2, 37, 24}).requires_grad_(true);
+    const Tensor w = randn32({40, 24}).requires_grad_(true);
+    const Tensor b = randn32({40}).requires_grad_(true);
+    const Tensor r = randn32({2, 37, 40});
+    Tensor y;
+    {
+      const AutocastGuard autocast(DType::bfloat16);
+      y = linear(x, w, b, epilogue);
+      sum(mul(y, r)).backward();
+    }
+    REQUIRE(y.dtype() == DType::float32);
+    const Tensor mask = epilogue == Epilogue::relu
+                            ? gt(y.detach(), zeros_like(y)).to(DType::float32)
+                            : ones_like(r);
+    const Tensor gz = mul(r, mask).reshape({74, 40});  // float32, exact
+    const Tensor gz_low = gz.to(DType::bfloat16);
+    const Tensor expected_b = sum(gz.to(DType::float64), {0}).to(DType::float32);
+    const Tensor expected_x =
+        product32(gz_low, w.detach().to(DType::bfloat16)).reshape({2, 37, 24});
+    const Tensor expected_w = product32(gz_low.transpose(0, 1).contiguous(),
+                                        x.detach().reshape({74, 24}).to(DType::bfloat16));
+    CHECK(bitwise_equal(b.grad(), expected_b));
+    CHECK(max_abs(sub(x.grad(), expected_x)) <= 1e-5 * max_abs(expected_x));
+    CHECK(max_abs(sub(w.grad(), expected_w)) <= 1e-5 * max_abs(expected_w));
+    // Not the products of the float32 gradient: rounding it matters at this tolerance.
+    const Tensor unrounded_x = matmul(gz, w.detach()).reshape({2, 37, 24});
+    CHECK(max_abs(sub(x.grad(), unrounded_x)) > 1e-4 * max_abs(expected_x));
+  }
 }
 
 TEST_CASE("autocast: softmax, log_softmax, layer_norm and nll_loss widen bfloat16 inputs") {

@@ -172,6 +172,18 @@ TEST_CASE("parallel grain: every pass that takes it gives the same bits on any t
       cpu_backend().layer_norm_backward(b, h, w, mean, rstd, dx, dw, db);
       return std::vector<Tensor>{y, h, mean, rstd, dx, dw, db};
     });
+    check_same_bits("linear's epilogue backward: relu's mask and the bias's column sums", [&] {
+      Tensor gz = empty({997, 301}, {.dtype = dtype}), gb = empty({301}, {.dtype = dtype});
+      cpu_backend().linear_backward_epilogue(a, b, Epilogue::relu, gz, gb);
+      std::vector<Tensor> out{gz, gb};
+      if (dtype == DType::float32) {  // mixed precision: the gradient rounded to bfloat16
+        Tensor low = empty({997, 301}, {.dtype = DType::bfloat16}), gb2 = empty({301});
+        cpu_backend().linear_backward_epilogue(a, Tensor(), Epilogue::none, low, gb2);
+        out.push_back(low);
+        out.push_back(gb2);
+      }
+      return out;
+    });
     check_same_bits("adamw step", [&] {
       Tensor p = empty({997, 301}, {.dtype = dtype}), m = empty({997, 301}, {.dtype = dtype}),
              v = empty({997, 301}, {.dtype = dtype});

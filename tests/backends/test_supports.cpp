@@ -50,6 +50,8 @@ void run_op(Backend& b, Op op, DType dtype, Device device) {
       return b.matmul(t({1, 2, 3}), t({1, 3, 2}), t({1, 2, 2}));
     case Op::linear:
       return b.linear(t({2, 3}), t({4, 3}), t({4}), Epilogue::relu, t({2, 4}));
+    case Op::linear_backward_epilogue:
+      return b.linear_backward_epilogue(t({2, 3}), t({2, 3}), Epilogue::relu, t({2, 3}), t({3}));
     case Op::softmax:
       return b.softmax(t({2, 3}), false, t({2, 3}));
     case Op::softmax_backward:

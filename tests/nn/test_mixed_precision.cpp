@@ -77,7 +77,9 @@ std::set<double> product_element_sizes(nn::MaskedLM& model, const Tensor& tokens
   }
   std::set<double> sizes;
   for (const OpProfile& row : profiler.ops()) {
-    const bool product = row.name.rfind("matmul", 0) == 0 || row.name.rfind("linear", 0) == 0;
+    // "linear " and not "linear_backward_epilogue", the pass before a linear layer's backward
+    // products.
+    const bool product = row.name.rfind("matmul", 0) == 0 || row.name.rfind("linear ", 0) == 0;
     if (!product) continue;
     // "... <B>x[<M>x<K>]...[<K>x<N>]...": the batch starts after the last space before '['.
     const std::size_t bracket = row.name.find('[');

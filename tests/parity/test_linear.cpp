@@ -206,3 +206,139 @@ TEST_CASE("parity: linear: bad input throws Error naming linear") {
     fails([&] { dev().linear(empty({3, 4}), w, b, Epilogue::none, out); }, "expected x on");
   }
 }
+
+// --- linear_backward_epilogue ---
+
+namespace {
+
+TF_PARITY_COVERS(linear_backward_epilogue);
+
+// The layer's output y for relu's cases: values in [-1, 1) with every third one exactly 0 (relu's
+// derivative there is 0, like PyTorch's), in `dtype` on both sides.
+Pair relu_output(std::int64_t m, std::int64_t n, DType dtype, std::uint64_t seed) {
+  const Tensor values =
+      raw::to_device(raw::to_dtype(make_pair({m, n}, DType::float64, Layout::contiguous, seed).ref,
+                                   DType::float64),
+                     Device::cpu());
+  double* v = values.data<double>();
+  for (std::int64_t i = 0; i < m * n; i += 3) v[i] = 0.0;
+  return on_both(values, dtype);
+}
+
+// One case: grad [m, n] of `dtype`; grad_z in `z_dtype` (grad's, or bfloat16 for mixed
+// precision) when with_z; grad_bias when with_bias. The reference computes in ref_dtype(dtype)
+// and writes grad_z in the same dtype as the target, so a rounded grad_z must agree exactly.
+void check_epilogue_grad(std::int64_t m, std::int64_t n, DType dtype, DType z_dtype,
+                         Epilogue epilogue, bool with_z, bool with_bias, std::uint64_t seed) {
+  const std::string what = std::string("linear_backward_epilogue ") + dtype_name(dtype) + " -> " +
+                           dtype_name(z_dtype) + " " + epilogue_name(epilogue) + " [" +
+                           std::to_string(m) + ", " + std::to_string(n) + "]" +
+                           (with_z ? " grad_z" : "") + (with_bias ? " grad_bias" : "");
+  INFO(what);
+  const Pair grad = make_rounded_pair({m, n}, dtype, Layout::contiguous, seed);
+  const Pair y = epilogue == Epilogue::relu ? relu_output(m, n, dtype, seed + 1) : Pair{};
+  const DType ref_z = z_dtype == dtype ? ref_dtype(dtype) : z_dtype;
+  const Pair z =
+      with_z ? Pair{make_output({m, n}, ref_z).ref, make_rounded_output({m, n}, z_dtype).dev}
+             : Pair{};
+  const Pair b = with_bias ? make_rounded_output({n}, dtype) : Pair{};
+  dev().linear_backward_epilogue(grad.dev, y.dev, epilogue, z.dev, b.dev);
+  ref().linear_backward_epilogue(grad.ref, y.ref, epilogue, z.ref, b.ref);
+  if (with_z) {
+    // The masked values are grad's own, rounded at most once into grad_z: exact.
+    check_close(raw::to_dtype(raw::to_device(z.dev, Device::cpu()), ref_dtype(z_dtype)),
+                raw::to_dtype(z.ref, ref_dtype(z_dtype)), what + " grad_z", 0.0, 0.0);
+  }
+  // The sums run in double on both sides (in another order on the target); float32 and
+  // bfloat16 round them once.
+  if (with_bias) check_close(b, what + " grad_bias");
+}
+
+}  // namespace
+
+TEST_CASE("parity: linear_backward_epilogue: both epilogues, every output, odd and long shapes") {
+  if (!available()) return;
+  struct Size {
+    std::int64_t m, n;
+  };
+  // Past one row block (64 rows) and past the CPU's 32 blocks and the GPU's 64 chunks; past one
+  // column tile (2048 on the CPU).
+  const Size sizes[] = {{1, 1}, {7, 33}, {130, 7}, {65, 130}, {4099, 3}, {5, 2050}};
+  std::uint64_t seed = 3000;
+  std::vector<std::pair<DType, DType>> kinds;
+  for (DType dtype : floating_dtypes()) kinds.emplace_back(dtype, dtype);
+  kinds.emplace_back(DType::float32, DType::bfloat16);  // mixed precision
+  for (const auto& [dtype, z_dtype] : kinds) {
+    for (const Size& s : sizes) {
+      for (Epilogue epilogue : {Epilogue::none, Epilogue::relu}) {
+        for (const auto& [with_z, with_bias] :
+             {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
+          check_epilogue_grad(s.m, s.n, dtype, z_dtype, epilogue, with_z, with_bias, seed);
+          seed += 2;
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("parity: linear_backward_epilogue: no rows gives a zero bias gradient; no columns") {
+  if (!available()) return;
+  for (DType dtype : floating_dtypes()) {
+    INFO(dtype_name(dtype));
+    const Pair grad = make_rounded_pair({0, 4}, dtype, Layout::contiguous, 1);
+    const Pair b = make_rounded_output({4}, dtype);
+    dev().linear_backward_epilogue(grad.dev, Tensor(), Epilogue::none, Tensor(), b.dev);
+    ref().linear_backward_epilogue(grad.ref, Tensor(), Epilogue::none, Tensor(), b.ref);
+    check_close(b, "linear_backward_epilogue of no rows");
+    CHECK(raw::to_dtype(raw::to_device(b.dev, Device::cpu()), DType::float64).data<double>()[0] ==
+          0.0);
+    check_epilogue_grad(3, 0, dtype, dtype, Epilogue::relu, true, true, 5);
+  }
+}
+
+TEST_CASE("parity: linear_backward_epilogue: bad input throws Error naming the op") {
+  if (!available()) return;
+  auto on_dev = [](const Shape& shape, DType dtype = DType::float32) {
+    return empty(shape, {.dtype = dtype, .device = device()});
+  };
+  auto fails = [](auto&& call, const std::string& part) {
+    const std::string msg = error_of(call);
+    INFO(msg);
+    CHECK(msg.find("linear_backward_epilogue") != std::string::npos);
+    CHECK(msg.find(part) != std::string::npos);
+  };
+  const Tensor g = on_dev({3, 4}), y = on_dev({3, 4}), z = on_dev({3, 4}), b = on_dev({4});
+  fails([&] { dev().linear_backward_epilogue(g, y, Epilogue::gelu, z, b); },
+        "expected the epilogue none or relu");
+  fails([&] { dev().linear_backward_epilogue(g, Tensor(), Epilogue::relu, z, b); },
+        "expected the layer's output y");
+  fails([&] { dev().linear_backward_epilogue(g, y, Epilogue::none, z, b); }, "no y");
+  fails(
+      [&] {
+        dev().linear_backward_epilogue(g, y, Epilogue::relu, on_dev({4, 3}), b);
+      },
+      "grad_z of shape [3, 4]");
+  fails([&] { dev().linear_backward_epilogue(g, y, Epilogue::relu, z, on_dev({3})); },
+        "grad_bias of shape [4]");
+  fails(
+      [&] {
+        dev().linear_backward_epilogue(g, y, Epilogue::relu, on_dev({3, 4}, DType::float64), b);
+      },
+      "grad_z of dtype float32");
+  fails([&] { dev().linear_backward_epilogue(g, y, Epilogue::relu, g, b); }, "shares memory");
+  fails(
+      [&] { dev().linear_backward_epilogue(on_dev({12}), Tensor(), Epilogue::none, Tensor(), b); },
+      "grad of shape [M, N]");
+  fails(
+      [&] {
+        dev().linear_backward_epilogue(on_dev({4, 3}).transpose(0, 1), Tensor(), Epilogue::none, z,
+                                       b);
+      },
+      "contiguous grad");
+  fails(
+      [&] {
+        dev().linear_backward_epilogue(on_dev({3, 4}, DType::int64), Tensor(), Epilogue::none,
+                                       Tensor(), Tensor());
+      },
+      "int64");
+}
