@@ -20,7 +20,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <bit>
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -33,6 +32,7 @@
 #include "backends/cpu/dnnl_context.h"
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/strided.h"
+#include "core/bfloat16.h"
 #include "core/error.h"
 #include "core/op_checks.h"
 #include "core/unary_math.h"
@@ -159,15 +159,6 @@ void linear_blas(const Tensor& x, const Tensor& weight, const Tensor& bias, Epil
 // bias gradient has the same bits on any number of threads.
 constexpr std::int64_t kGradBlocks = 32, kGradBlockRows = 64, kGradTile = 2048;
 
-// bfloat16::round without a branch, so that the loop below vectorizes: NaN stays a quiet NaN,
-// everything else rounds to nearest even.
-inline std::uint16_t round_to_bfloat16(float value) {
-  const auto u = std::bit_cast<std::uint32_t>(value);
-  const auto nan = static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  const auto rounded = static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  return (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
-}
-
 // Rows [r0, r1) x columns [c0, c0 + w) of grad (row length n): z = grad * act'(z) into gz (when
 // kZ), and each column's sum of z added to acc[0, w) (when kSum).
 template <bool kRelu, bool kZ, bool kSum, typename T, typename Z>
@@ -184,7 +175,7 @@ void epilogue_grad_item(const T* grad, const T* y, Z* gz, double* acc, std::int6
       if constexpr (kRelu) v = relu.derivative(v, yr[j]);
       if constexpr (kZ) {
         if constexpr (std::is_same_v<Z, std::uint16_t>) {
-          z[j] = round_to_bfloat16(static_cast<float>(v));
+          z[j] = bfloat16::round(static_cast<float>(v));
         } else {
           z[j] = v;
         }
