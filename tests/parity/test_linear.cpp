@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -84,6 +85,22 @@ std::vector<DType> linear_dtypes() {
     dtypes.push_back(DType::bfloat16);
   }
   return dtypes;
+}
+
+// A tensor on the target's device for the bad-input cases (its values are never read).
+Tensor on_dev(const Shape& shape, DType dtype = DType::float32) {
+  return empty(shape, {.dtype = dtype, .device = device()});
+}
+
+// The bad-input check: fails(call, part) requires call() to throw an Error whose message names
+// `op` and contains `part`.
+auto error_check(std::string op) {
+  return [op = std::move(op)](auto&& call, const std::string& part) {
+    const std::string msg = error_of(call);
+    INFO(msg);
+    CHECK(msg.find(op) != std::string::npos);
+    CHECK(msg.find(part) != std::string::npos);
+  };
 }
 
 // Sets the matmul precision for one scope.
@@ -167,15 +184,7 @@ TEST_CASE("parity: linear: empty problems and an empty sum (K = 0 gives act(bias
 
 TEST_CASE("parity: linear: bad input throws Error naming linear") {
   if (!available()) return;
-  auto on_dev = [](const Shape& shape, DType dtype = DType::float32) {
-    return empty(shape, {.dtype = dtype, .device = device()});
-  };
-  auto fails = [](auto&& call, const std::string& part) {
-    const std::string msg = error_of(call);
-    INFO(msg);
-    CHECK(msg.find("linear") != std::string::npos);
-    CHECK(msg.find(part) != std::string::npos);
-  };
+  const auto fails = error_check("linear");
   const Tensor x = on_dev({3, 4}), w = on_dev({5, 4}), b = on_dev({5}), out = on_dev({3, 5});
   fails([&] { dev().linear(x, on_dev({5, 3}), b, Epilogue::none, out); }, "shapes do not match");
   fails([&] { dev().linear(x, w, b, Epilogue::none, on_dev({3, 4})); }, "shapes do not match");
@@ -298,15 +307,7 @@ TEST_CASE("parity: linear_backward_epilogue: no rows gives a zero bias gradient;
 
 TEST_CASE("parity: linear_backward_epilogue: bad input throws Error naming the op") {
   if (!available()) return;
-  auto on_dev = [](const Shape& shape, DType dtype = DType::float32) {
-    return empty(shape, {.dtype = dtype, .device = device()});
-  };
-  auto fails = [](auto&& call, const std::string& part) {
-    const std::string msg = error_of(call);
-    INFO(msg);
-    CHECK(msg.find("linear_backward_epilogue") != std::string::npos);
-    CHECK(msg.find(part) != std::string::npos);
-  };
+  const auto fails = error_check("linear_backward_epilogue");
   const Tensor g = on_dev({3, 4}), y = on_dev({3, 4}), z = on_dev({3, 4}), b = on_dev({4});
   fails([&] { dev().linear_backward_epilogue(g, y, Epilogue::gelu, z, b); },
         "expected the epilogue none or relu");
