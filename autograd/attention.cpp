@@ -108,6 +108,52 @@ Tensor softmax_backward_rows(const Tensor& p, const Tensor& dp, DType ds_dtype) 
   }
   return ds;
 }
+// t as the attention ops read a matrix operand: t itself when its rows have a unit stride and
+// do not overlap (attention's heads, views of wider rows, are fine), else a contiguous copy.
+Tensor gemm_rows(const Tensor& t) {
+  const bool unit = t.size(-1) <= 1 || t.stride(-1) == 1;
+  const bool rows_apart = t.size(-2) <= 1 || t.stride(-2) >= t.size(-1);
+  return unit && rows_apart ? t : contiguous(t);
+}
+
+// An uninitialised [..., rows, cols] tensor laid out like `like` ([..., *, *] of the same rank)
+// when like is a dense permuted view with its last dim innermost, else contiguous.
+Tensor empty_like_rows(const Tensor& like, std::int64_t rows, std::int64_t cols) {
+  Shape shape = like.shape();
+  shape[shape.size() - 2] = rows;
+  shape.back() = cols;
+  const TensorOptions options{.dtype = like.dtype(), .device = like.device()};
+  const auto order = dense_order(like);
+  return order ? empty_in_order(shape, *order, options) : empty(shape, options);
+}
+
+// The attention and attention_backward ops (core/ops.def) as one graph node: no dropout, no
+// mixed precision. The out and the gradients are laid out like the query, key and value.
+Tensor attention_op(const Tensor& query, const Tensor& key, const Tensor& value,
+                    const Tensor& excluded_mask, bool causal, double scale, Tensor* probs_out) {
+  const Tensor q = gemm_rows(query), k = gemm_rows(key), v = gemm_rows(value);
+  Shape scores = q.shape();
+  scores.back() = k.size(-2);
+  const Tensor probs = empty(scores, {.dtype = q.dtype(), .device = q.device()});
+  const Tensor out = empty_like_rows(q, q.size(-2), v.size(-1));
+  const Tensor mask =
+      excluded_mask.defined() ? raw::expand(excluded_mask, scores, "fused_attention") : Tensor{};
+  backend(q.device()).attention(q, k, v, mask, causal, scale, probs, out);
+  if (probs_out) *probs_out = probs;
+  Tensor saved_query = save(q), saved_key = save(k), saved_value = save(v);
+  return record("fused_attention", out, {query, key, value},
+                [saved_query, saved_key, saved_value, probs, scale](const Tensor& g) {
+                  const Tensor grad = gemm_rows(g);
+                  const std::int64_t n = saved_query.size(-2), m = saved_key.size(-2);
+                  const Tensor d_query = empty_like_rows(saved_query, n, saved_query.size(-1));
+                  const Tensor d_key = empty_like_rows(saved_key, m, saved_key.size(-1));
+                  const Tensor d_value = empty_like_rows(saved_value, m, saved_value.size(-1));
+                  backend(grad.device())
+                      .attention_backward(grad, saved_query, saved_key, saved_value, probs, scale,
+                                          d_query, d_key, d_value);
+                  return std::vector<Tensor>{d_query, d_key, d_value};
+                });
+}
 }  // namespace
 
 Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -121,6 +167,10 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
   const bool use_dropout = options.training && options.dropout > 0;
   const bool bfloat16_p =
       autocast_dtype() == DType::bfloat16 && query.dtype() == DType::float32 && !use_dropout;
+  if (!use_dropout && !bfloat16_p &&
+      backend(query.device()).supports(Op::attention, query.dtype())) {
+    return attention_op(query, key, value, excluded_mask, options.causal, scale, options.probs);
+  }
 
   Tensor p, pd, keep;
   Tensor out;

@@ -56,4 +56,26 @@ Tensor converted_in_memory_order(const Tensor& t, DType dtype) {
   return raw::as_strided(converted, t.shape(), strides, converted.offset());
 }
 
+// memory_order (autograd/layout.h) for a t of at least 2 dims whose last dim is innermost.
+std::optional<std::vector<std::int64_t>> dense_order(const Tensor& t) {
+  if (!t.defined() || t.dim() < 2) return std::nullopt;
+  auto order = memory_order(t);
+  if (order && t.size(-1) > 1 && order->back() != t.dim() - 1) return std::nullopt;
+  return order;
+}
+
+// An uninitialised tensor of `shape` whose dims lie in memory in `order` (outermost first).
+Tensor empty_in_order(const Shape& shape, const std::vector<std::int64_t>& order,
+                      const TensorOptions& options) {
+  Shape permuted;
+  for (std::int64_t d : order) permuted.push_back(shape[static_cast<std::size_t>(d)]);
+  const Shape permuted_strides = contiguous_strides(permuted);
+  Shape strides(shape.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    strides[static_cast<std::size_t>(order[i])] = permuted_strides[i];
+  }
+  const Tensor storage = empty(permuted, options);
+  return raw::as_strided(storage, shape, strides, storage.offset());
+}
+
 }  // namespace tinyformer

@@ -25,4 +25,11 @@ std::optional<std::vector<std::int64_t>> memory_order(const Tensor& t);
 // anything else becomes contiguous.
 Tensor converted_in_memory_order(const Tensor& t, DType dtype);
 
+// memory_order for a t of at least 2 dims whose last dim is innermost; else nullopt.
+std::optional<std::vector<std::int64_t>> dense_order(const Tensor& t);
+
+// An uninitialised tensor of `shape` whose dims lie in memory in `order` (outermost first).
+Tensor empty_in_order(const Shape& shape, const std::vector<std::int64_t>& order,
+                      const TensorOptions& options);
+
 }  // namespace tinyformer

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/checked.h"
@@ -349,6 +351,164 @@ LinearGradShape check_linear_backward_epilogue_args(const Tensor& grad, const Te
   }
   TF_CHECK(apart(grad_z, grad_bias), op, ": grad_z and grad_bias share memory");
   return {m, n};
+}
+
+namespace {
+
+// Whether no two elements of t share an address: with its dims ordered by stride, each stride
+// reaches past everything the smaller ones span.
+bool elements_apart(const Tensor& t) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // {stride, size}
+  for (std::int64_t i = 0; i < t.dim(); ++i) {
+    if (t.size(i) == 0) return true;
+    if (t.size(i) > 1) dims.emplace_back(t.stride(i), t.size(i));
+  }
+  std::sort(dims.begin(), dims.end());
+  std::int64_t span = 1;  // elements from the first to the last reached so far, inclusive
+  for (const auto& [stride, size] : dims) {
+    if (stride < span) return false;
+    span += stride * (size - 1);
+  }
+  return true;
+}
+
+// One matrix operand of attention: [batch..., rows, cols] of `dtype` on `device`, with a unit
+// stride along cols and a row stride of at least cols; an output must not reach one element twice.
+void check_attention_matrix(const Tensor& t, const char* op, const char* name, const Shape& batch,
+                            std::int64_t rows, std::int64_t cols, DType dtype, const Device& device,
+                            bool output) {
+  TF_CHECK(t.defined(), op, ": expected a defined ", name, ", got an undefined Tensor");
+  Shape want = batch;
+  want.push_back(rows);
+  want.push_back(cols);
+  TF_CHECK(t.shape() == want, op, ": expected ", name, " of shape ", shape_str(want), ", got ",
+           shape_str(t.shape()));
+  TF_CHECK(t.dtype() == dtype, op, ": expected ", name, " of dtype ", dtype, ", got ", t.dtype());
+  check_device(t, op, name, device);
+  const bool unit = cols <= 1 || t.stride(-1) == 1;
+  const bool rows_apart = rows <= 1 || t.stride(-2) >= cols;
+  TF_CHECK(unit && rows_apart, op, ": expected ", name,
+           " with a unit stride along its last dim and a row stride of at least ", cols,
+           ", got strides ", shape_str(t.strides()));
+  TF_CHECK(!output || elements_apart(t), op, ": expected ", name,
+           " whose elements do not overlap, got shape ", shape_str(t.shape()), " with strides ",
+           shape_str(t.strides()));
+}
+
+// Outputs share no memory with each other or with the inputs (empty tensors aside).
+void check_attention_apart(const char* op,
+                           std::initializer_list<std::pair<const Tensor*, const char*>> outputs,
+                           std::initializer_list<const Tensor*> inputs) {
+  const auto apart = [](const Tensor& a, const Tensor& b) {
+    return !a.defined() || !b.defined() || a.numel() == 0 || b.numel() == 0 ||
+           a.storage() != b.storage();
+  };
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    for (const Tensor* in : inputs) {
+      TF_CHECK(apart(*o->first, *in), op, ": ", o->second, " shares memory with an input");
+    }
+    for (auto p = outputs.begin(); p != o; ++p) {
+      TF_CHECK(apart(*o->first, *p->first), op, ": ", p->second, " and ", o->second,
+               " share memory");
+    }
+  }
+}
+
+// query, key and value of attention's call; returns the shape.
+AttentionShape check_attention_operands(const char* op, Op kind, const Tensor& query,
+                                        const Tensor& key, const Tensor& value, double scale,
+                                        const Backend& backend) {
+  TF_CHECK(query.defined() && key.defined() && value.defined(), op,
+           ": expected defined query, key and value, got an undefined Tensor");
+  TF_CHECK(query.dim() >= 2 && key.dim() == query.dim() && value.dim() == query.dim(), op,
+           ": expected query [..., n, d], key [..., m, d] and value [..., m, dv] with the same "
+           "number of dims (>= 2), got ",
+           shape_str(query.shape()), ", ", shape_str(key.shape()), ", ", shape_str(value.shape()));
+  check_supported(kind, query.dtype(), op, backend);
+  check_backend_device(query, op, "query", backend);
+  AttentionShape s;
+  s.batch = Shape(query.shape().begin(), query.shape().end() - 2);
+  s.batches = 1;
+  for (std::int64_t b : s.batch) s.batches *= b;
+  s.n = query.size(-2);
+  s.d = query.size(-1);
+  s.m = key.size(-2);
+  s.dv = value.size(-1);
+  const DType dtype = query.dtype();
+  const Device device = query.device();
+  check_attention_matrix(query, op, "query", s.batch, s.n, s.d, dtype, device, false);
+  check_attention_matrix(key, op, "key", s.batch, s.m, s.d, dtype, device, false);
+  check_attention_matrix(value, op, "value", s.batch, s.m, s.dv, dtype, device, false);
+  TF_CHECK(std::isfinite(scale), op, ": expected a finite scale, got ", scale);
+  return s;
+}
+
+}  // namespace
+
+AttentionShape check_attention_args(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& excluded_mask, bool causal, double scale,
+                                    const Tensor& probs, const Tensor& out,
+                                    const Backend& backend) {
+  (void)causal;
+  const char* op = "attention";
+  const AttentionShape s =
+      check_attention_operands(op, Op::attention, query, key, value, scale, backend);
+  Shape scores = s.batch;
+  scores.push_back(s.n);
+  scores.push_back(s.m);
+  if (excluded_mask.defined()) {
+    TF_CHECK(excluded_mask.dtype() == DType::boolean && excluded_mask.shape() == scores, op,
+             ": expected excluded_mask of dtype bool and shape ", shape_str(scores),
+             " (a broadcast mask expanded to the scores), got ", excluded_mask.dtype(), " ",
+             shape_str(excluded_mask.shape()));
+    check_device(excluded_mask, op, "excluded_mask", query.device());
+  }
+  check_operand(probs, op, "probs", scores, query.dtype(), query.device());
+  check_attention_matrix(out, op, "out", s.batch, s.n, s.dv, query.dtype(), query.device(), true);
+  check_attention_apart(op, {{&probs, "probs"}, {&out, "out"}},
+                        {&query, &key, &value, &excluded_mask});
+  return s;
+}
+
+AttentionShape check_attention_backward_args(const Tensor& grad, const Tensor& query,
+                                             const Tensor& key, const Tensor& value,
+                                             const Tensor& probs, double scale,
+                                             const Tensor& grad_query, const Tensor& grad_key,
+                                             const Tensor& grad_value, const Backend& backend) {
+  const char* op = "attention_backward";
+  const AttentionShape s =
+      check_attention_operands(op, Op::attention_backward, query, key, value, scale, backend);
+  const DType dtype = query.dtype();
+  const Device device = query.device();
+  check_attention_matrix(grad, op, "grad", s.batch, s.n, s.dv, dtype, device, false);
+  Shape scores = s.batch;
+  scores.push_back(s.n);
+  scores.push_back(s.m);
+  check_operand(probs, op, "probs", scores, dtype, device);
+  check_attention_matrix(grad_query, op, "grad_query", s.batch, s.n, s.d, dtype, device, true);
+  check_attention_matrix(grad_key, op, "grad_key", s.batch, s.m, s.d, dtype, device, true);
+  check_attention_matrix(grad_value, op, "grad_value", s.batch, s.m, s.dv, dtype, device, true);
+  check_attention_apart(
+      op, {{&grad_query, "grad_query"}, {&grad_key, "grad_key"}, {&grad_value, "grad_value"}},
+      {&grad, &query, &key, &value, &probs});
+  return s;
+}
+
+std::vector<std::int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
+  std::int64_t count = 1;
+  for (std::int64_t b : batch) count *= b;
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(count), 0);
+  const std::int64_t dims = static_cast<std::int64_t>(batch.size());
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::int64_t rest = i, offset = 0;
+    for (std::int64_t d = dims - 1; d >= 0; --d) {
+      const std::int64_t size = batch[static_cast<std::size_t>(d)];
+      offset += (rest % size) * t.stride(d);
+      rest /= size;
+    }
+    offsets[static_cast<std::size_t>(i)] = offset;
+  }
+  return offsets;
 }
 
 // Every tensor must be a contiguous [R, C] of the first one's shape and one dtype the backend

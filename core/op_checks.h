@@ -60,6 +60,24 @@ LinearGradShape check_linear_backward_epilogue_args(const Tensor& grad, const Te
                                                     const Tensor& grad_bias,
                                                     const Backend& backend);
 
+// attention and attention_backward (core/ops.def): the leading (batch) dims, their number of
+// matrices, and the sizes n (queries), m (keys), d (query and key width) and dv (value width).
+struct AttentionShape {
+  Shape batch;
+  std::int64_t batches, n, m, d, dv;
+};
+AttentionShape check_attention_args(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& excluded_mask, bool causal, double scale,
+                                    const Tensor& probs, const Tensor& out, const Backend& backend);
+AttentionShape check_attention_backward_args(const Tensor& grad, const Tensor& query,
+                                             const Tensor& key, const Tensor& value,
+                                             const Tensor& probs, double scale,
+                                             const Tensor& grad_query, const Tensor& grad_key,
+                                             const Tensor& grad_value, const Backend& backend);
+// The element offset of each matrix of t (whose leading dims are `batch`) from t's data, in
+// row-major order of the batch index.
+std::vector<std::int64_t> batch_offsets(const Tensor& t, const Shape& batch);
+
 // softmax, log_softmax and their backwards: contiguous [R, C] tensors of one shape and dtype,
 // except for mixed precision's pairs: out (and a backward's y) may be bfloat16 where the tensor
 // that sets the computation's dtype (x forward, grad backward) is float32.

@@ -151,6 +151,21 @@ Detail detail_of(const A&... args) {
       d.shape = "1x[" + std::to_string(x.size(0)) + "x" + std::to_string(x.size(1)) + "][" +
                 std::to_string(weight.size(1)) + "x" + std::to_string(weight.size(0)) + "]^T";
     }
+  } else if constexpr (op == Op::attention) {
+    // Its two products: scores q k^T ([..., n, m] by d) and probs v ([..., n, dv] by m).
+    const Tensor& query = std::get<0>(t);
+    const Tensor& value = std::get<2>(t);
+    const Tensor& probs = std::get<6>(t);
+    d.flops = 2.0 * static_cast<double>(probs.numel()) *
+              static_cast<double>(query.size(-1) + value.size(-1));
+  } else if constexpr (op == Op::attention_backward) {
+    // Its four products: dP = grad v^T and grad_value = P^T grad (dv each), grad_query = dS k
+    // and grad_key = dS^T q (d each), each over the [..., n, m] probabilities.
+    const Tensor& query = std::get<1>(t);
+    const Tensor& value = std::get<3>(t);
+    const Tensor& probs = std::get<4>(t);
+    d.flops = 4.0 * static_cast<double>(probs.numel()) *
+              static_cast<double>(query.size(-1) + value.size(-1));
   } else if constexpr (op == Op::copy) {
     // By shape: the source's shape and strides, which tell a layout change (a transpose made
     // contiguous) from a plain copy.

@@ -486,7 +486,11 @@ double product_flops(const std::function<void()>& run) {
   run();
   double flops = 0;
   for (const tf::OpProfile& op : profiler.ops()) {
-    if (op.name.rfind("matmul", 0) == 0 || op.name.rfind("linear", 0) == 0) flops += op.flops;
+    // matmul, linear and the fused attention ops count their products' work; the others none.
+    if (op.name.rfind("matmul", 0) == 0 || op.name.rfind("linear", 0) == 0 ||
+        op.name.rfind("attention", 0) == 0) {
+      flops += op.flops;
+    }
   }
   return flops;
 }

@@ -141,6 +141,8 @@ bool CpuBackend::supports(Op op, DType dtype) const {
       return f32_f64 || dtype == DType::bfloat16;
     case Op::unary_backward:
     case Op::linear_backward_epilogue:
+    case Op::attention:
+    case Op::attention_backward:
     case Op::softmax:
     case Op::softmax_backward:
     case Op::layer_norm:

@@ -96,6 +96,8 @@ bool CudaBackend::supports(Op op, DType dtype) const {
     case Op::pool1d_backward:
     case Op::index_add:
       return floating;
+    case Op::attention:
+    case Op::attention_backward:
     case Op::adamw_step:
       return dtype == DType::float32 || dtype == DType::float64;
   }

@@ -72,6 +72,9 @@ bool ReferenceBackend::supports(Op op, DType dtype) const {
     case Op::reduce:
     case Op::max_dim:
       return is_floating(dtype) || dtype == DType::int64;
+    case Op::attention:
+    case Op::attention_backward:
+      return dtype == DType::float32 || dtype == DType::float64;
     default:
       return is_floating(dtype);
   }

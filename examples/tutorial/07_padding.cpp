@@ -82,9 +82,11 @@ int main() {
     }
     std::printf("  %-6s padded batch vs cut sequences: max difference %.3g\n", kind.c_str(), worst);
     // Linear sums E x over n = 12 terms (zeros included) against m terms: equal up to rounding.
-    const double bound = kind == "linear" ? 1e-12 : 0.0;
+    // The others sum the same terms, but the layer's products have 12 rows padded and m cut, and
+    // a BLAS kernel may round a row differently with the row count: a few units in the last place.
+    const double bound = kind == "linear" ? 1e-12 : 1e-14;
     check(worst <= bound, kind + ": a padded sequence gives the output of the cut sequence" +
-                              (kind == "linear" ? " (to 1e-12)" : " (exactly)"));
+                              (kind == "linear" ? " (to 1e-12)" : " (to rounding, 1e-14)"));
   }
   return tutorial::finish();
 }

@@ -184,6 +184,23 @@ TEST_CASE("parallel grain: every pass that takes it gives the same bits on any t
       }
       return out;
     });
+    // 6 matrices: the backward's two passes; 16: a matrix per item.
+    for (std::int64_t heads : {3, 8}) {
+      check_same_bits(
+          "attention and its backward, " + std::to_string(2 * heads) + " matrices", [&] {
+            const Tensor q = random_tensor({2, heads, 97, 16}, dtype, 5),
+                         k = random_tensor({2, heads, 301, 16}, dtype, 6),
+                         v = random_tensor({2, heads, 301, 8}, dtype, 7),
+                         g = random_tensor({2, heads, 97, 8}, dtype, 8);
+            Tensor probs = empty({2, heads, 97, 301}, {.dtype = dtype}),
+                   out = empty({2, heads, 97, 8}, {.dtype = dtype});
+            cpu_backend().attention(q, k, v, Tensor(), true, 0.25, probs, out);
+            Tensor gq = empty(q.shape(), {.dtype = dtype}), gk = empty(k.shape(), {.dtype = dtype}),
+                   gv = empty(v.shape(), {.dtype = dtype});
+            cpu_backend().attention_backward(g, q, k, v, probs, 0.25, gq, gk, gv);
+            return std::vector<Tensor>{probs, out, gq, gk, gv};
+          });
+    }
     check_same_bits("adamw step", [&] {
       Tensor p = empty({997, 301}, {.dtype = dtype}), m = empty({997, 301}, {.dtype = dtype}),
              v = empty({997, 301}, {.dtype = dtype});

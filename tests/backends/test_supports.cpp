@@ -52,6 +52,12 @@ void run_op(Backend& b, Op op, DType dtype, Device device) {
       return b.linear(t({2, 3}), t({4, 3}), t({4}), Epilogue::relu, t({2, 4}));
     case Op::linear_backward_epilogue:
       return b.linear_backward_epilogue(t({2, 3}), t({2, 3}), Epilogue::relu, t({2, 3}), t({3}));
+    case Op::attention:
+      return b.attention(t({2, 3, 4}), t({2, 5, 4}), t({2, 5, 2}), Tensor(), true, 0.5,
+                         t({2, 3, 5}), t({2, 3, 2}));
+    case Op::attention_backward:
+      return b.attention_backward(t({2, 3, 2}), t({2, 3, 4}), t({2, 5, 4}), t({2, 5, 2}),
+                                  t({2, 3, 5}), 0.5, t({2, 3, 4}), t({2, 5, 4}), t({2, 5, 2}));
     case Op::softmax:
       return b.softmax(t({2, 3}), false, t({2, 3}));
     case Op::softmax_backward:

@@ -1,0 +1,301 @@
+// CpuBackend::attention and attention_backward: scaled dot-product attention in blocks of query
+// rows, so that a block's scores stay in the core's cache between the products and softmax.
+//
+// Forward, per (batch matrix, block of R query rows), on one thread:
+//   probs[rows] = q[rows] k^T                GEMM, written where probs keeps them
+//   scale, mask, causal rule, softmax         each row in place, while the block is in cache
+//   out[rows]   = probs[rows] v              GEMM reading the block from cache
+// The unfused path writes the [n, m] scores, reads them back for softmax, writes the
+// probabilities and reads them again for the product: three more passes over n x m floats at
+// memory speed. Here the probabilities are written once (the backward needs them).
+//
+// Backward, per batch matrix and its blocks of rows in turn: dP = grad[rows] v^T into a scratch
+// block, dS = scale * P (dP - rowsum(P dP)) in place, grad_query[rows] = dS key, and, while the
+// block's dS and P are in cache, grad_key += dS^T query[rows] and grad_value += P^T grad[rows].
+// dS never reaches memory. With fewer matrices than kMinItems (too few items for the threads),
+// pass 1 by row blocks writes dS whole and grad_query, and pass 2 by blocks of key columns reads
+// dS and P back for grad_key and grad_value. The scale rides on dS, so neither product needs a
+// pass of its own.
+//
+// Every GEMM runs on one thread (oneDNN's sgemm for float32, OpenBLAS's dgemm for float64) with
+// the items spread over the OpenMP team: each output element is computed by one call whose
+// shape does not depend on the thread count, so the results are the same bits on any number of
+// threads.
+#include <cblas.h>
+#include <dnnl.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/matmul.h"
+#include "backends/cpu/parallel.h"
+#include "core/error.h"
+#include "core/math.h"
+#include "core/op_checks.h"
+
+namespace tinyformer::cpu {
+
+namespace {
+
+// Query rows per block: 256, so that each GEMM of a block is large enough to run near the
+// library's best rate (measured, Zen 5, n = 1024 and 4096: blocks of 16 to 128 rows were 2-10%
+// slower per layer), while a block of scores ([256, m]: 1 MiB at m = 1024) stays in the cache
+// hierarchy (L2, or L3 for long rows) between the products and softmax.
+constexpr std::int64_t kBlockRows = 256, kMinBlockRows = 32;
+
+// C = beta C for a product over K = 0: zeros for beta 0, whatever C held before.
+template <typename T>
+void scale_output(std::int64_t m, std::int64_t n, T beta, T* c, std::int64_t ldc) {
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j)
+      c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+  }
+}
+
+// C = alpha op(A) op(B) + beta C, row-major, on the calling thread.
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+          std::int64_t ldc, const char* op) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) return scale_output(m, n, beta, c, ldc);
+  const dnnl_status_t status =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  TF_CHECK(status == dnnl_success, op, ": oneDNN's sgemm failed (status ", int(status), ") on [", m,
+           " x ", k, "] x [", k, " x ", n, "]");
+}
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+          const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta,
+          double* c, std::int64_t ldc, const char* op) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) return scale_output(m, n, beta, c, ldc);
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              blas_int(m, op, "M"), blas_int(n, op, "N"), blas_int(k, op, "K"), alpha, a,
+              blas_int(lda, op, "a leading dimension"), b, blas_int(ldb, op, "a leading dimension"),
+              beta, c, blas_int(ldc, op, "a leading dimension"));
+}
+
+// A matrix operand's row stride as a GEMM reads it (the row length when it has one row).
+std::int64_t row_stride(const Tensor& t) {
+  return t.size(-2) > 1 ? t.stride(-2) : std::max<std::int64_t>(t.size(-1), 1);
+}
+
+// Runs body(item) for item in [0, items) over `threads` threads, each GEMM inside on one thread.
+template <typename Body>
+void for_items(std::int64_t items, int threads, Body body) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (std::int64_t item = 0; item < items; ++item) {
+    // The libraries size their own teams by this thread's OpenMP setting: one thread, so the
+    // block's GEMMs neither nest a team nor split their sums by the number of threads.
+    omp_set_num_threads(1);
+    body(item);
+  }
+}
+
+// Rows (or key columns) per block: kBlockRows, halved while the items are fewer than kMinItems.
+// The shape alone sets it (never the thread count), so that every product has the same size, and
+// every sum the same order, on any number of threads.
+constexpr std::int64_t kMinItems = 16;
+std::int64_t block_size(std::int64_t extent, std::int64_t batches) {
+  std::int64_t rows = kBlockRows;
+  while (rows > kMinBlockRows && batches * ((extent + rows - 1) / rows) < kMinItems) rows /= 2;
+  return std::max<std::int64_t>(std::min(rows, extent), 1);
+}
+
+// One row of scores, in place: -inf where excluded, then softmax. mask: the row's mask (stride
+// mask_stride), or null; keys j > causal_from are excluded when causal_from >= 0.
+template <typename T>
+void softmax_row(T* row, std::int64_t m, T scale, const bool* mask, std::int64_t mask_stride,
+                 std::int64_t causal_from) {
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+#pragma omp simd
+  for (std::int64_t j = 0; j < m; ++j) row[j] *= scale;
+  if (mask != nullptr) {
+    for (std::int64_t j = 0; j < m; ++j) {
+      if (mask[j * mask_stride]) row[j] = minus_inf;
+    }
+  }
+  if (causal_from >= 0) {
+    for (std::int64_t j = causal_from + 1; j < m; ++j) row[j] = minus_inf;
+  }
+  T max = minus_inf;
+#pragma omp simd reduction(max : max)
+  for (std::int64_t j = 0; j < m; ++j) max = row[j] > max ? row[j] : max;
+  T sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (std::int64_t j = 0; j < m; ++j) {
+    row[j] = math::exp(row[j] - max);
+    sum += row[j];
+  }
+  const T inv = T(1) / sum;
+#pragma omp simd
+  for (std::int64_t j = 0; j < m; ++j) row[j] *= inv;
+}
+
+template <typename T>
+void attention_forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                       const Tensor& excluded_mask, bool causal, double scale, const Tensor& probs,
+                       const Tensor& out, const AttentionShape& s) {
+  const char* op = "attention";
+  const auto qo = batch_offsets(query, s.batch), ko = batch_offsets(key, s.batch),
+             vo = batch_offsets(value, s.batch), oo = batch_offsets(out, s.batch);
+  const bool masked = excluded_mask.defined();
+  const auto mo = masked ? batch_offsets(excluded_mask, s.batch) : std::vector<std::int64_t>{};
+  const T* q = query.data<T>();
+  const T* k = key.data<T>();
+  const T* v = value.data<T>();
+  T* p = probs.data<T>();
+  T* o = out.data<T>();
+  const bool* mask = masked ? excluded_mask.data<bool>() : nullptr;
+  const std::int64_t ldq = row_stride(query), ldk = row_stride(key), ldv = row_stride(value),
+                     ldo = row_stride(out);
+  const std::int64_t mask_row = masked ? excluded_mask.stride(-2) : 0,
+                     mask_col = masked ? excluded_mask.stride(-1) : 0;
+  const int threads = pass_threads(s.batches * s.n * s.m, 2 * (s.d + s.dv) + 8);
+  const std::int64_t rows = block_size(s.n, s.batches);
+  const std::int64_t blocks = (s.n + rows - 1) / rows;
+  for_items(s.batches * blocks, threads, [&](std::int64_t item) {
+    const std::size_t b = static_cast<std::size_t>(item / blocks);
+    const std::int64_t r0 = (item % blocks) * rows, r = std::min(rows, s.n - r0);
+    T* block = p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m;
+    gemm(false, true, r, s.m, s.d, T(1), q + qo[b] + r0 * ldq, ldq, k + ko[b], ldk, T(0), block,
+         s.m, op);
+    for (std::int64_t i = 0; i < r; ++i) {
+      const bool* mask_i = masked ? mask + mo[b] + (r0 + i) * mask_row : nullptr;
+      softmax_row(block + i * s.m, s.m, static_cast<T>(scale), mask_i, mask_col,
+                  causal ? r0 + i : -1);
+    }
+    gemm(false, false, r, s.dv, s.m, T(1), block, s.m, v + vo[b], ldv, T(0), o + oo[b] + r0 * ldo,
+         ldo, op);
+  });
+}
+
+template <typename T>
+void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tensor& key,
+                             const Tensor& value, const Tensor& probs, double scale,
+                             const Tensor& grad_query, const Tensor& grad_key,
+                             const Tensor& grad_value, const AttentionShape& s) {
+  const char* op = "attention_backward";
+  const auto go = batch_offsets(grad, s.batch), qo = batch_offsets(query, s.batch),
+             ko = batch_offsets(key, s.batch), vo = batch_offsets(value, s.batch),
+             gqo = batch_offsets(grad_query, s.batch), gko = batch_offsets(grad_key, s.batch),
+             gvo = batch_offsets(grad_value, s.batch);
+  const T* g = grad.data<T>();
+  const T* q = query.data<T>();
+  const T* k = key.data<T>();
+  const T* v = value.data<T>();
+  const T* p = probs.data<T>();
+  T* gq = grad_query.data<T>();
+  T* gk = grad_key.data<T>();
+  T* gv = grad_value.data<T>();
+  const std::int64_t ldg = row_stride(grad), ldq = row_stride(query), ldk = row_stride(key),
+                     ldv = row_stride(value), ldgq = row_stride(grad_query),
+                     ldgk = row_stride(grad_key), ldgv = row_stride(grad_value);
+  const T t_scale = static_cast<T>(scale);
+  const int threads = pass_threads(s.batches * s.n * s.m, 2 * (s.d + s.dv) + 8);
+  const std::int64_t rows = block_size(s.n, s.batches);
+
+  // Rows [r0, r0 + r) of matrix b: dS into `block` ([r, m]) and grad_query.
+  const auto ds_rows = [&](std::size_t b, std::int64_t r0, std::int64_t r, T* block) {
+    const T* pb = p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m;
+    gemm(false, true, r, s.m, s.dv, T(1), g + go[b] + r0 * ldg, ldg, v + vo[b], ldv, T(0), block,
+         s.m, op);
+    for (std::int64_t i = 0; i < r; ++i) {
+      const T* pi = pb + i * s.m;
+      T* di = block + i * s.m;
+      T dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (std::int64_t j = 0; j < s.m; ++j) dot += pi[j] * di[j];
+#pragma omp simd
+      for (std::int64_t j = 0; j < s.m; ++j) di[j] = t_scale * (pi[j] * (di[j] - dot));
+    }
+    gemm(false, false, r, s.d, s.m, T(1), block, s.m, k + ko[b], ldk, T(0), gq + gqo[b] + r0 * ldgq,
+         ldgq, op);
+  };
+
+  if (s.batches >= kMinItems) {
+    // A matrix per item: grad_key and grad_value gather each block's share while its dS and P
+    // are in cache, and dS never reaches memory.
+    for_items(s.batches, threads, [&](std::int64_t item) {
+      const std::size_t b = static_cast<std::size_t>(item);
+      std::vector<T> scratch(static_cast<std::size_t>(std::min(rows, s.n) * s.m));
+      T* gkb = gk + gko[b];
+      T* gvb = gv + gvo[b];
+      if (s.n == 0) {
+        scale_output(s.m, s.d, T(0), gkb, ldgk);
+        scale_output(s.m, s.dv, T(0), gvb, ldgv);
+      }
+      for (std::int64_t r0 = 0; r0 < s.n; r0 += rows) {
+        const std::int64_t r = std::min(rows, s.n - r0);
+        const T beta = r0 == 0 ? T(0) : T(1);
+        ds_rows(b, r0, r, scratch.data());
+        gemm(true, false, s.m, s.d, r, T(1), scratch.data(), s.m, q + qo[b] + r0 * ldq, ldq, beta,
+             gkb, ldgk, op);
+        gemm(true, false, s.m, s.dv, r, T(1), p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m,
+             s.m, g + go[b] + r0 * ldg, ldg, beta, gvb, ldgv, op);
+      }
+    });
+    return;
+  }
+
+  // Few matrices: pass 1 by blocks of query rows writes dS whole, pass 2 by blocks of key
+  // columns reads it back for grad_key (and P for grad_value).
+  const Tensor ds_tensor = empty(probs.shape(), {.dtype = probs.dtype(), .device = probs.device()});
+  T* ds = ds_tensor.data<T>();
+  const std::int64_t row_blocks = (s.n + rows - 1) / rows;
+  for_items(s.batches * row_blocks, threads, [&](std::int64_t item) {
+    const std::size_t b = static_cast<std::size_t>(item / row_blocks);
+    const std::int64_t r0 = (item % row_blocks) * rows, r = std::min(rows, s.n - r0);
+    ds_rows(b, r0, r, ds + (static_cast<std::int64_t>(b) * s.n + r0) * s.m);
+  });
+  const std::int64_t cols = block_size(s.m, s.batches);
+  const std::int64_t col_blocks = (s.m + cols - 1) / cols;
+  for_items(s.batches * col_blocks, threads, [&](std::int64_t item) {
+    const std::size_t b = static_cast<std::size_t>(item / col_blocks);
+    const std::int64_t c0 = (item % col_blocks) * cols, c = std::min(cols, s.m - c0);
+    const std::int64_t at = static_cast<std::int64_t>(b) * s.n * s.m + c0;
+    gemm(true, false, c, s.d, s.n, T(1), ds + at, s.m, q + qo[b], ldq, T(0),
+         gk + gko[b] + c0 * ldgk, ldgk, op);
+    gemm(true, false, c, s.dv, s.n, T(1), p + at, s.m, g + go[b], ldg, T(0),
+         gv + gvo[b] + c0 * ldgv, ldgv, op);
+  });
+}
+
+}  // namespace
+
+void CpuBackend::attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                           const Tensor& excluded_mask, bool causal, double scale,
+                           const Tensor& probs, const Tensor& out) {
+  const AttentionShape s =
+      check_attention_args(query, key, value, excluded_mask, causal, scale, probs, out, *this);
+  if (s.batches == 0 || s.n == 0) return;
+  if (query.dtype() == DType::float32) {
+    attention_forward<float>(query, key, value, excluded_mask, causal, scale, probs, out, s);
+  } else {
+    attention_forward<double>(query, key, value, excluded_mask, causal, scale, probs, out, s);
+  }
+}
+
+void CpuBackend::attention_backward(const Tensor& grad, const Tensor& query, const Tensor& key,
+                                    const Tensor& value, const Tensor& probs, double scale,
+                                    const Tensor& grad_query, const Tensor& grad_key,
+                                    const Tensor& grad_value) {
+  const AttentionShape s = check_attention_backward_args(grad, query, key, value, probs, scale,
+                                                         grad_query, grad_key, grad_value, *this);
+  if (s.batches == 0) return;
+  if (query.dtype() == DType::float32) {
+    attention_backward_impl<float>(grad, query, key, value, probs, scale, grad_query, grad_key,
+                                   grad_value, s);
+  } else {
+    attention_backward_impl<double>(grad, query, key, value, probs, scale, grad_query, grad_key,
+                                    grad_value, s);
+  }
+}
+
+}  // namespace tinyformer::cpu
