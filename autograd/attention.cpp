@@ -142,15 +142,15 @@ Tensor attention_op(const Tensor& query, const Tensor& key, const Tensor& value,
   if (probs_out) *probs_out = probs;
   Tensor saved_query = save(q), saved_key = save(k), saved_value = save(v);
   return record("fused_attention", out, {query, key, value},
-                [saved_query, saved_key, saved_value, probs, scale](const Tensor& g) {
+                [saved_query, saved_key, saved_value, probs, causal, scale](const Tensor& g) {
                   const Tensor grad = gemm_rows(g);
                   const std::int64_t n = saved_query.size(-2), m = saved_key.size(-2);
                   const Tensor d_query = empty_like_rows(saved_query, n, saved_query.size(-1));
                   const Tensor d_key = empty_like_rows(saved_key, m, saved_key.size(-1));
                   const Tensor d_value = empty_like_rows(saved_value, m, saved_value.size(-1));
                   backend(grad.device())
-                      .attention_backward(grad, saved_query, saved_key, saved_value, probs, scale,
-                                          d_query, d_key, d_value);
+                      .attention_backward(grad, saved_query, saved_key, saved_value, probs, causal,
+                                          scale, d_query, d_key, d_value);
                   return std::vector<Tensor>{d_query, d_key, d_value};
                 });
 }

@@ -17,6 +17,10 @@
 // dS and P back for grad_key and grad_value. The scale rides on dS, so neither product needs a
 // pass of its own.
 //
+// Under the causal rule a block of rows [r0, r0 + R) attends to keys [0, r0 + R) only: its
+// products and softmax run over those, its probabilities (and dS) are 0 after them, and the key
+// gradients of a block of key columns sum over the queries that may attend to them.
+//
 // Every GEMM runs on one thread (oneDNN's sgemm for float32, OpenBLAS's dgemm for float64) with
 // the items spread over the OpenMP team: each output element is computed by one call whose
 // shape does not depend on the thread count, so the results are the same bits on any number of
@@ -108,34 +112,44 @@ std::int64_t block_size(std::int64_t extent, std::int64_t batches) {
   return std::max<std::int64_t>(std::min(rows, extent), 1);
 }
 
-// One row of scores, in place: -inf where excluded, then softmax. mask: the row's mask (stride
-// mask_stride), or null; keys j > causal_from are excluded when causal_from >= 0.
+// One row of scores, in place: -inf where excluded, then softmax. Only the first `valid` of the
+// m scores were computed: the rest are keys the causal rule excludes (probability 0). mask: the
+// row's mask (stride mask_stride), or null; keys j > causal_from are excluded when
+// causal_from >= 0. A row with every key excluded is NaN throughout, as exp(-inf - -inf) is.
 template <typename T>
-void softmax_row(T* row, std::int64_t m, T scale, const bool* mask, std::int64_t mask_stride,
-                 std::int64_t causal_from) {
+void softmax_row(T* row, std::int64_t valid, std::int64_t m, T scale, const bool* mask,
+                 std::int64_t mask_stride, std::int64_t causal_from) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
 #pragma omp simd
-  for (std::int64_t j = 0; j < m; ++j) row[j] *= scale;
+  for (std::int64_t j = 0; j < valid; ++j) row[j] *= scale;
   if (mask != nullptr) {
-    for (std::int64_t j = 0; j < m; ++j) {
+    for (std::int64_t j = 0; j < valid; ++j) {
       if (mask[j * mask_stride]) row[j] = minus_inf;
     }
   }
   if (causal_from >= 0) {
-    for (std::int64_t j = causal_from + 1; j < m; ++j) row[j] = minus_inf;
+    for (std::int64_t j = causal_from + 1; j < valid; ++j) row[j] = minus_inf;
   }
   T max = minus_inf;
 #pragma omp simd reduction(max : max)
-  for (std::int64_t j = 0; j < m; ++j) max = row[j] > max ? row[j] : max;
+  for (std::int64_t j = 0; j < valid; ++j) max = row[j] > max ? row[j] : max;
   T sum = 0;
 #pragma omp simd reduction(+ : sum)
-  for (std::int64_t j = 0; j < m; ++j) {
+  for (std::int64_t j = 0; j < valid; ++j) {
     row[j] = math::exp(row[j] - max);
     sum += row[j];
   }
   const T inv = T(1) / sum;
 #pragma omp simd
-  for (std::int64_t j = 0; j < m; ++j) row[j] *= inv;
+  for (std::int64_t j = 0; j < valid; ++j) row[j] *= inv;
+  const T rest = max == minus_inf ? std::numeric_limits<T>::quiet_NaN() : T(0);
+  for (std::int64_t j = valid; j < m; ++j) row[j] = rest;
+}
+
+// The keys that rows [r0, r0 + r) may attend to lie in [0, causal_keys(...)): under the causal
+// rule none after the block's last row, else all m. Products and softmax skip the rest.
+std::int64_t causal_keys(bool causal, std::int64_t r0, std::int64_t r, std::int64_t m) {
+  return causal ? std::min(m, r0 + r) : m;
 }
 
 template <typename T>
@@ -164,21 +178,22 @@ void attention_forward(const Tensor& query, const Tensor& key, const Tensor& val
     const std::size_t b = static_cast<std::size_t>(item / blocks);
     const std::int64_t r0 = (item % blocks) * rows, r = std::min(rows, s.n - r0);
     T* block = p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m;
-    gemm(false, true, r, s.m, s.d, T(1), q + qo[b] + r0 * ldq, ldq, k + ko[b], ldk, T(0), block,
+    const std::int64_t keys = causal_keys(causal, r0, r, s.m);
+    gemm(false, true, r, keys, s.d, T(1), q + qo[b] + r0 * ldq, ldq, k + ko[b], ldk, T(0), block,
          s.m, op);
     for (std::int64_t i = 0; i < r; ++i) {
       const bool* mask_i = masked ? mask + mo[b] + (r0 + i) * mask_row : nullptr;
-      softmax_row(block + i * s.m, s.m, static_cast<T>(scale), mask_i, mask_col,
+      softmax_row(block + i * s.m, keys, s.m, static_cast<T>(scale), mask_i, mask_col,
                   causal ? r0 + i : -1);
     }
-    gemm(false, false, r, s.dv, s.m, T(1), block, s.m, v + vo[b], ldv, T(0), o + oo[b] + r0 * ldo,
+    gemm(false, false, r, s.dv, keys, T(1), block, s.m, v + vo[b], ldv, T(0), o + oo[b] + r0 * ldo,
          ldo, op);
   });
 }
 
 template <typename T>
 void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tensor& key,
-                             const Tensor& value, const Tensor& probs, double scale,
+                             const Tensor& value, const Tensor& probs, bool causal, double scale,
                              const Tensor& grad_query, const Tensor& grad_key,
                              const Tensor& grad_value, const AttentionShape& s) {
   const char* op = "attention_backward";
@@ -201,22 +216,25 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
   const int threads = pass_threads(s.batches * s.n * s.m, 2 * (s.d + s.dv) + 8);
   const std::int64_t rows = block_size(s.n, s.batches);
 
-  // Rows [r0, r0 + r) of matrix b: dS into `block` ([r, m]) and grad_query.
+  // Rows [r0, r0 + r) of matrix b: dS into `block` ([r, m]; 0 past the keys the rows may
+  // attend to, where P is 0) and grad_query.
   const auto ds_rows = [&](std::size_t b, std::int64_t r0, std::int64_t r, T* block) {
     const T* pb = p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m;
-    gemm(false, true, r, s.m, s.dv, T(1), g + go[b] + r0 * ldg, ldg, v + vo[b], ldv, T(0), block,
+    const std::int64_t keys = causal_keys(causal, r0, r, s.m);
+    gemm(false, true, r, keys, s.dv, T(1), g + go[b] + r0 * ldg, ldg, v + vo[b], ldv, T(0), block,
          s.m, op);
     for (std::int64_t i = 0; i < r; ++i) {
       const T* pi = pb + i * s.m;
       T* di = block + i * s.m;
       T dot = 0;
 #pragma omp simd reduction(+ : dot)
-      for (std::int64_t j = 0; j < s.m; ++j) dot += pi[j] * di[j];
+      for (std::int64_t j = 0; j < keys; ++j) dot += pi[j] * di[j];
 #pragma omp simd
-      for (std::int64_t j = 0; j < s.m; ++j) di[j] = t_scale * (pi[j] * (di[j] - dot));
+      for (std::int64_t j = 0; j < keys; ++j) di[j] = t_scale * (pi[j] * (di[j] - dot));
+      for (std::int64_t j = keys; j < s.m; ++j) di[j] = T(0);
     }
-    gemm(false, false, r, s.d, s.m, T(1), block, s.m, k + ko[b], ldk, T(0), gq + gqo[b] + r0 * ldgq,
-         ldgq, op);
+    gemm(false, false, r, s.d, keys, T(1), block, s.m, k + ko[b], ldk, T(0),
+         gq + gqo[b] + r0 * ldgq, ldgq, op);
   };
 
   if (s.batches >= kMinItems) {
@@ -227,17 +245,19 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
       std::vector<T> scratch(static_cast<std::size_t>(std::min(rows, s.n) * s.m));
       T* gkb = gk + gko[b];
       T* gvb = gv + gvo[b];
-      if (s.n == 0) {
+      // Causal, a block adds to the rows of its keys only: start every row at 0.
+      if (s.n == 0 || causal) {
         scale_output(s.m, s.d, T(0), gkb, ldgk);
         scale_output(s.m, s.dv, T(0), gvb, ldgv);
       }
       for (std::int64_t r0 = 0; r0 < s.n; r0 += rows) {
         const std::int64_t r = std::min(rows, s.n - r0);
-        const T beta = r0 == 0 ? T(0) : T(1);
+        const std::int64_t keys = causal_keys(causal, r0, r, s.m);
+        const T beta = r0 == 0 && !causal ? T(0) : T(1);
         ds_rows(b, r0, r, scratch.data());
-        gemm(true, false, s.m, s.d, r, T(1), scratch.data(), s.m, q + qo[b] + r0 * ldq, ldq, beta,
+        gemm(true, false, keys, s.d, r, T(1), scratch.data(), s.m, q + qo[b] + r0 * ldq, ldq, beta,
              gkb, ldgk, op);
-        gemm(true, false, s.m, s.dv, r, T(1), p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m,
+        gemm(true, false, keys, s.dv, r, T(1), p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m,
              s.m, g + go[b] + r0 * ldg, ldg, beta, gvb, ldgv, op);
       }
     });
@@ -259,10 +279,12 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
   for_items(s.batches * col_blocks, threads, [&](std::int64_t item) {
     const std::size_t b = static_cast<std::size_t>(item / col_blocks);
     const std::int64_t c0 = (item % col_blocks) * cols, c = std::min(cols, s.m - c0);
-    const std::int64_t at = static_cast<std::int64_t>(b) * s.n * s.m + c0;
-    gemm(true, false, c, s.d, s.n, T(1), ds + at, s.m, q + qo[b], ldq, T(0),
+    // Causal, key j has weight only from queries i >= j: the rows from c0 on.
+    const std::int64_t i0 = causal ? std::min(c0, s.n) : 0;
+    const std::int64_t at = (static_cast<std::int64_t>(b) * s.n + i0) * s.m + c0;
+    gemm(true, false, c, s.d, s.n - i0, T(1), ds + at, s.m, q + qo[b] + i0 * ldq, ldq, T(0),
          gk + gko[b] + c0 * ldgk, ldgk, op);
-    gemm(true, false, c, s.dv, s.n, T(1), p + at, s.m, g + go[b], ldg, T(0),
+    gemm(true, false, c, s.dv, s.n - i0, T(1), p + at, s.m, g + go[b] + i0 * ldg, ldg, T(0),
          gv + gvo[b] + c0 * ldgv, ldgv, op);
   });
 }
@@ -283,18 +305,18 @@ void CpuBackend::attention(const Tensor& query, const Tensor& key, const Tensor&
 }
 
 void CpuBackend::attention_backward(const Tensor& grad, const Tensor& query, const Tensor& key,
-                                    const Tensor& value, const Tensor& probs, double scale,
-                                    const Tensor& grad_query, const Tensor& grad_key,
+                                    const Tensor& value, const Tensor& probs, bool causal,
+                                    double scale, const Tensor& grad_query, const Tensor& grad_key,
                                     const Tensor& grad_value) {
   const AttentionShape s = check_attention_backward_args(grad, query, key, value, probs, scale,
                                                          grad_query, grad_key, grad_value, *this);
   if (s.batches == 0) return;
   if (query.dtype() == DType::float32) {
-    attention_backward_impl<float>(grad, query, key, value, probs, scale, grad_query, grad_key,
-                                   grad_value, s);
+    attention_backward_impl<float>(grad, query, key, value, probs, causal, scale, grad_query,
+                                   grad_key, grad_value, s);
   } else {
-    attention_backward_impl<double>(grad, query, key, value, probs, scale, grad_query, grad_key,
-                                    grad_value, s);
+    attention_backward_impl<double>(grad, query, key, value, probs, causal, scale, grad_query,
+                                    grad_key, grad_value, s);
   }
 }
 

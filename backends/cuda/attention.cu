@@ -252,10 +252,12 @@ void CudaBackend::attention(const Tensor& query, const Tensor& key, const Tensor
 // grad: [..., n, dv]; query, key, value, probs as attention's; grad_query, grad_key, grad_value:
 // shaped as query, key, value
 void CudaBackend::attention_backward(const Tensor& grad, const Tensor& query, const Tensor& key,
-                                     const Tensor& value, const Tensor& probs, double scale,
-                                     const Tensor& grad_query, const Tensor& grad_key,
+                                     const Tensor& value, const Tensor& probs, bool causal,
+                                     double scale, const Tensor& grad_query, const Tensor& grad_key,
                                      const Tensor& grad_value) {
   const char* op = "attention_backward";
+  // causal tells that probs is 0 after the diagonal; the products below run over all of it.
+  (void)causal;
   const AttentionShape s = check_attention_backward_args(grad, query, key, value, probs, scale,
                                                          grad_query, grad_key, grad_value, *this);
   if (s.batches == 0) return;  // every tensor is empty

@@ -77,9 +77,11 @@ void ReferenceBackend::attention(const Tensor& query, const Tensor& key, const T
 
 void ReferenceBackend::attention_backward(const Tensor& grad, const Tensor& query,
                                           const Tensor& key, const Tensor& value,
-                                          const Tensor& probs, double scale,
+                                          const Tensor& probs, bool causal, double scale,
                                           const Tensor& grad_query, const Tensor& grad_key,
                                           const Tensor& grad_value) {
+  // causal only tells that probs is 0 after the diagonal; the loops below read it as it is.
+  (void)causal;
   const AttentionShape s = check_attention_backward_args(grad, query, key, value, probs, scale,
                                                          grad_query, grad_key, grad_value, *this);
   const auto go = batch_offsets(grad, s.batch), qo = batch_offsets(query, s.batch),

@@ -197,7 +197,7 @@ TEST_CASE("parallel grain: every pass that takes it gives the same bits on any t
             cpu_backend().attention(q, k, v, Tensor(), true, 0.25, probs, out);
             Tensor gq = empty(q.shape(), {.dtype = dtype}), gk = empty(k.shape(), {.dtype = dtype}),
                    gv = empty(v.shape(), {.dtype = dtype});
-            cpu_backend().attention_backward(g, q, k, v, probs, 0.25, gq, gk, gv);
+            cpu_backend().attention_backward(g, q, k, v, probs, true, 0.25, gq, gk, gv);
             return std::vector<Tensor>{probs, out, gq, gk, gv};
           });
     }

@@ -57,7 +57,8 @@ void run_op(Backend& b, Op op, DType dtype, Device device) {
                          t({2, 3, 5}), t({2, 3, 2}));
     case Op::attention_backward:
       return b.attention_backward(t({2, 3, 2}), t({2, 3, 4}), t({2, 5, 4}), t({2, 5, 2}),
-                                  t({2, 3, 5}), 0.5, t({2, 3, 4}), t({2, 5, 4}), t({2, 5, 2}));
+                                  t({2, 3, 5}), true, 0.5, t({2, 3, 4}), t({2, 5, 4}),
+                                  t({2, 5, 2}));
     case Op::softmax:
       return b.softmax(t({2, 3}), false, t({2, 3}));
     case Op::softmax_backward:
