@@ -40,8 +40,8 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/softmax_row.h"
 #include "core/error.h"
-#include "core/math.h"
 #include "core/op_checks.h"
 
 namespace tinyformer::cpu {
@@ -117,8 +117,8 @@ std::int64_t block_size(std::int64_t extent, std::int64_t batches) {
 // row's mask (stride mask_stride), or null; keys j > causal_from are excluded when
 // causal_from >= 0. A row with every key excluded is NaN throughout, as exp(-inf - -inf) is.
 template <typename T>
-void softmax_row(T* row, std::int64_t valid, std::int64_t m, T scale, const bool* mask,
-                 std::int64_t mask_stride, std::int64_t causal_from) {
+void masked_softmax_row(T* row, std::int64_t valid, std::int64_t m, T scale, const bool* mask,
+                        std::int64_t mask_stride, std::int64_t causal_from) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
 #pragma omp simd
   for (std::int64_t j = 0; j < valid; ++j) row[j] *= scale;
@@ -130,18 +130,7 @@ void softmax_row(T* row, std::int64_t valid, std::int64_t m, T scale, const bool
   if (causal_from >= 0) {
     for (std::int64_t j = causal_from + 1; j < valid; ++j) row[j] = minus_inf;
   }
-  T max = minus_inf;
-#pragma omp simd reduction(max : max)
-  for (std::int64_t j = 0; j < valid; ++j) max = row[j] > max ? row[j] : max;
-  T sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (std::int64_t j = 0; j < valid; ++j) {
-    row[j] = math::exp(row[j] - max);
-    sum += row[j];
-  }
-  const T inv = T(1) / sum;
-#pragma omp simd
-  for (std::int64_t j = 0; j < valid; ++j) row[j] *= inv;
+  const T max = softmax_row(row, row, valid);
   const T rest = max == minus_inf ? std::numeric_limits<T>::quiet_NaN() : T(0);
   for (std::int64_t j = valid; j < m; ++j) row[j] = rest;
 }
@@ -183,8 +172,8 @@ void attention_forward(const Tensor& query, const Tensor& key, const Tensor& val
          s.m, op);
     for (std::int64_t i = 0; i < r; ++i) {
       const bool* mask_i = masked ? mask + mo[b] + (r0 + i) * mask_row : nullptr;
-      softmax_row(block + i * s.m, keys, s.m, static_cast<T>(scale), mask_i, mask_col,
-                  causal ? r0 + i : -1);
+      masked_softmax_row(block + i * s.m, keys, s.m, static_cast<T>(scale), mask_i, mask_col,
+                         causal ? r0 + i : -1);
     }
     gemm(false, false, r, s.dv, keys, T(1), block, s.m, v + vo[b], ldv, T(0), o + oo[b] + r0 * ldo,
          ldo, op);

@@ -32,6 +32,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/softmax_row.h"
 #include "core/bfloat16.h"
 #include "core/error.h"
 #include "core/math.h"
@@ -51,39 +52,24 @@ void for_rows(std::int64_t rows, std::int64_t cols, Body body) {
   for (std::int64_t r = 0; r < rows; ++r) body(r);
 }
 
-template <typename T>
-T row_max(const T* x, std::int64_t n) {
-  T m = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : m)
-  for (std::int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
-  return m;
-}
-
 // y = softmax(x) or log_softmax(x) over each row. x, y: [R, C] (y may be x)
 template <typename T>
 void softmax_rows(const T* x, T* y, std::int64_t rows, std::int64_t cols, bool log) {
   for_rows(rows, cols, [&](std::int64_t r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
+    if (!log) {
+      softmax_row(xr, yr, cols);
+      return;
+    }
     // Subtracting the row max keeps exp() from overflowing; it cancels in the ratio.
     const T m = row_max(xr, cols);
     T sum = 0;
-    if (log) {
 #pragma omp simd reduction(+ : sum)
-      for (std::int64_t i = 0; i < cols; ++i) sum += math::exp(xr[i] - m);
-      const T shift = m + math::log(sum);
+    for (std::int64_t i = 0; i < cols; ++i) sum += math::exp(xr[i] - m);
+    const T shift = m + math::log(sum);
 #pragma omp simd
-      for (std::int64_t i = 0; i < cols; ++i) yr[i] = xr[i] - shift;
-    } else {
-#pragma omp simd reduction(+ : sum)
-      for (std::int64_t i = 0; i < cols; ++i) {
-        yr[i] = math::exp(xr[i] - m);
-        sum += yr[i];
-      }
-      const T inv = T(1) / sum;
-#pragma omp simd
-      for (std::int64_t i = 0; i < cols; ++i) yr[i] *= inv;
-    }
+    for (std::int64_t i = 0; i < cols; ++i) yr[i] = xr[i] - shift;
   });
 }
 

@@ -1,0 +1,39 @@
+// One row's softmax on the CPU, shared by the softmax op (backends/cpu/softmax.cpp) and fused
+// attention (backends/cpu/attention.cpp): vectorized loops over a contiguous row.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "core/math.h"
+
+namespace tinyformer::cpu {
+
+// The largest of x[0, n); -inf for n = 0.
+template <typename T>
+T row_max(const T* x, std::int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
+  for (std::int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+// y = softmax(x) over one row of n (y may be x); returns the row's maximum, which was
+// subtracted before exp() to keep it from overflowing (it cancels in the ratio). A row of -inf
+// alone has maximum -inf, and every y is NaN (exp(-inf - -inf)).
+template <typename T>
+T softmax_row(const T* x, T* y, std::int64_t n) {
+  const T m = row_max(x, n);
+  T sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (std::int64_t i = 0; i < n; ++i) {
+    y[i] = math::exp(x[i] - m);
+    sum += y[i];
+  }
+  const T inv = T(1) / sum;
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) y[i] *= inv;
+  return m;
+}
+
+}  // namespace tinyformer::cpu
