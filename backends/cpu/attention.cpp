@@ -30,9 +30,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -63,26 +65,48 @@ void scale_output(std::int64_t m, std::int64_t n, T beta, T* c, std::int64_t ldc
   }
 }
 
+// The first failure of a GEMM run inside the OpenMP team: an exception may not leave a parallel
+// region, so the items record it and the op throws once the region has ended.
+struct GemmStatus {
+  std::atomic<int> failed{0};  // oneDNN's status of the first failed sgemm, or 0
+
+  void check(const char* op) const {
+    const int status = failed.load();
+    TF_CHECK(status == 0, op, ": oneDNN's sgemm failed (status ", status, ")");
+  }
+};
+
 // C = alpha op(A) op(B) + beta C, row-major, on the calling thread.
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
           const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
-          std::int64_t ldc, const char* op) {
+          std::int64_t ldc, GemmStatus& status) {
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_output(m, n, beta, c, ldc);
-  const dnnl_status_t status =
+  const dnnl_status_t result =
       dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  TF_CHECK(status == dnnl_success, op, ": oneDNN's sgemm failed (status ", int(status), ") on [", m,
-           " x ", k, "] x [", k, " x ", n, "]");
+  int none = 0;
+  if (result != dnnl_success) status.failed.compare_exchange_strong(none, int(result));
 }
+// Every size and leading dimension fits BLAS's int (check_blas_sizes, before the team starts).
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
           const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta,
-          double* c, std::int64_t ldc, const char* op) {
+          double* c, std::int64_t ldc, GemmStatus&) {
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_output(m, n, beta, c, ldc);
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              blas_int(m, op, "M"), blas_int(n, op, "N"), blas_int(k, op, "K"), alpha, a,
-              blas_int(lda, op, "a leading dimension"), b, blas_int(ldb, op, "a leading dimension"),
-              beta, c, blas_int(ldc, op, "a leading dimension"));
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+// For float64 (OpenBLAS takes int sizes): the problem's sizes and the operands' leading
+// dimensions fit an int, or an Error naming `op` (thrown before any parallel region).
+template <typename T>
+void check_blas_sizes(const char* op, const AttentionShape& s,
+                      std::initializer_list<std::int64_t> leading_dims) {
+  if constexpr (std::is_same_v<T, double>) {
+    for (std::int64_t size : {s.n, s.m, s.d, s.dv}) blas_int(size, op, "a size");
+    for (std::int64_t ld : leading_dims) blas_int(ld, op, "a leading dimension");
+  }
 }
 
 // A matrix operand's row stride as a GEMM reads it (the row length when it has one row).
@@ -160,24 +184,27 @@ void attention_forward(const Tensor& query, const Tensor& key, const Tensor& val
                      ldo = row_stride(out);
   const std::int64_t mask_row = masked ? excluded_mask.stride(-2) : 0,
                      mask_col = masked ? excluded_mask.stride(-1) : 0;
+  check_blas_sizes<T>(op, s, {ldq, ldk, ldv, ldo});
   const int threads = pass_threads(s.batches * s.n * s.m, 2 * (s.d + s.dv) + 8);
   const std::int64_t rows = block_size(s.n, s.batches);
   const std::int64_t blocks = (s.n + rows - 1) / rows;
+  GemmStatus status;
   for_items(s.batches * blocks, threads, [&](std::int64_t item) {
     const std::size_t b = static_cast<std::size_t>(item / blocks);
     const std::int64_t r0 = (item % blocks) * rows, r = std::min(rows, s.n - r0);
     T* block = p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m;
     const std::int64_t keys = causal_keys(causal, r0, r, s.m);
     gemm(false, true, r, keys, s.d, T(1), q + qo[b] + r0 * ldq, ldq, k + ko[b], ldk, T(0), block,
-         s.m, op);
+         s.m, status);
     for (std::int64_t i = 0; i < r; ++i) {
       const bool* mask_i = masked ? mask + mo[b] + (r0 + i) * mask_row : nullptr;
       masked_softmax_row(block + i * s.m, keys, s.m, static_cast<T>(scale), mask_i, mask_col,
                          causal ? r0 + i : -1);
     }
     gemm(false, false, r, s.dv, keys, T(1), block, s.m, v + vo[b], ldv, T(0), o + oo[b] + r0 * ldo,
-         ldo, op);
+         ldo, status);
   });
+  status.check(op);
 }
 
 template <typename T>
@@ -201,9 +228,11 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
   const std::int64_t ldg = row_stride(grad), ldq = row_stride(query), ldk = row_stride(key),
                      ldv = row_stride(value), ldgq = row_stride(grad_query),
                      ldgk = row_stride(grad_key), ldgv = row_stride(grad_value);
+  check_blas_sizes<T>(op, s, {ldg, ldq, ldk, ldv, ldgq, ldgk, ldgv, s.m});
   const T t_scale = static_cast<T>(scale);
   const int threads = pass_threads(s.batches * s.n * s.m, 2 * (s.d + s.dv) + 8);
   const std::int64_t rows = block_size(s.n, s.batches);
+  GemmStatus status;
 
   // Rows [r0, r0 + r) of matrix b: dS into `block` ([r, m]; 0 past the keys the rows may
   // attend to, where P is 0) and grad_query.
@@ -211,7 +240,7 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
     const T* pb = p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m;
     const std::int64_t keys = causal_keys(causal, r0, r, s.m);
     gemm(false, true, r, keys, s.dv, T(1), g + go[b] + r0 * ldg, ldg, v + vo[b], ldv, T(0), block,
-         s.m, op);
+         s.m, status);
     for (std::int64_t i = 0; i < r; ++i) {
       const T* pi = pb + i * s.m;
       T* di = block + i * s.m;
@@ -223,15 +252,18 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
       for (std::int64_t j = keys; j < s.m; ++j) di[j] = T(0);
     }
     gemm(false, false, r, s.d, keys, T(1), block, s.m, k + ko[b], ldk, T(0),
-         gq + gqo[b] + r0 * ldgq, ldgq, op);
+         gq + gqo[b] + r0 * ldgq, ldgq, status);
   };
 
   if (s.batches >= kMinItems) {
     // A matrix per item: grad_key and grad_value gather each block's share while its dS and P
     // are in cache, and dS never reaches memory.
+    // One scratch block per thread, allocated here: nothing may throw inside the team.
+    const std::int64_t block_elements = std::min(rows, s.n) * s.m;
+    std::vector<T> scratch(static_cast<std::size_t>(block_elements * threads));
     for_items(s.batches, threads, [&](std::int64_t item) {
       const std::size_t b = static_cast<std::size_t>(item);
-      std::vector<T> scratch(static_cast<std::size_t>(std::min(rows, s.n) * s.m));
+      T* block = scratch.data() + omp_get_thread_num() * block_elements;
       T* gkb = gk + gko[b];
       T* gvb = gv + gvo[b];
       // Causal, a block adds to the rows of its keys only: start every row at 0.
@@ -243,13 +275,14 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
         const std::int64_t r = std::min(rows, s.n - r0);
         const std::int64_t keys = causal_keys(causal, r0, r, s.m);
         const T beta = r0 == 0 && !causal ? T(0) : T(1);
-        ds_rows(b, r0, r, scratch.data());
-        gemm(true, false, keys, s.d, r, T(1), scratch.data(), s.m, q + qo[b] + r0 * ldq, ldq, beta,
-             gkb, ldgk, op);
+        ds_rows(b, r0, r, block);
+        gemm(true, false, keys, s.d, r, T(1), block, s.m, q + qo[b] + r0 * ldq, ldq, beta, gkb,
+             ldgk, status);
         gemm(true, false, keys, s.dv, r, T(1), p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m,
-             s.m, g + go[b] + r0 * ldg, ldg, beta, gvb, ldgv, op);
+             s.m, g + go[b] + r0 * ldg, ldg, beta, gvb, ldgv, status);
       }
     });
+    status.check(op);
     return;
   }
 
@@ -263,6 +296,7 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
     const std::int64_t r0 = (item % row_blocks) * rows, r = std::min(rows, s.n - r0);
     ds_rows(b, r0, r, ds + (static_cast<std::int64_t>(b) * s.n + r0) * s.m);
   });
+  status.check(op);
   const std::int64_t cols = block_size(s.m, s.batches);
   const std::int64_t col_blocks = (s.m + cols - 1) / cols;
   for_items(s.batches * col_blocks, threads, [&](std::int64_t item) {
@@ -272,10 +306,11 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
     const std::int64_t i0 = causal ? std::min(c0, s.n) : 0;
     const std::int64_t at = (static_cast<std::int64_t>(b) * s.n + i0) * s.m + c0;
     gemm(true, false, c, s.d, s.n - i0, T(1), ds + at, s.m, q + qo[b] + i0 * ldq, ldq, T(0),
-         gk + gko[b] + c0 * ldgk, ldgk, op);
+         gk + gko[b] + c0 * ldgk, ldgk, status);
     gemm(true, false, c, s.dv, s.n - i0, T(1), p + at, s.m, g + go[b] + i0 * ldg, ldg, T(0),
-         gv + gvo[b] + c0 * ldgv, ldgv, op);
+         gv + gvo[b] + c0 * ldgv, ldgv, status);
   });
+  status.check(op);
 }
 
 }  // namespace
