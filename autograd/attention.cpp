@@ -167,7 +167,11 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
   const bool use_dropout = options.training && options.dropout > 0;
   const bool bfloat16_p =
       autocast_dtype() == DType::bfloat16 && query.dtype() == DType::float32 && !use_dropout;
-  if (!use_dropout && !bfloat16_p &&
+  // The fused ops' float32 products are exact: under a faster matmul precision (tf32, bf16) the
+  // composition's products follow it instead.
+  const bool exact =
+      query.dtype() != DType::float32 || matmul_precision() == MatmulPrecision::exact;
+  if (!use_dropout && !bfloat16_p && exact &&
       backend(query.device()).supports(Op::attention, query.dtype())) {
     return attention_op(query, key, value, excluded_mask, options.causal, scale, options.probs);
   }

@@ -11,7 +11,8 @@
 //   dS = P (dP - rowsum(P dP))   one block per row, in place in the scratch
 //   grad_query = scale dS K,  grad_key = scale dS^T Q,  grad_value = P^T G   cuBLAS
 // Every product is beta = 0, so the outputs' prior contents are never read. float32 computes in
-// float (its products as matmul_precision() allows, like matmul), float64 in double.
+// float (its products exact: CUBLAS_COMPUTE_32F, whatever matmul_precision() says), float64 in
+// double.
 //
 // cuBLAS is column-major (see matmul.cpp): a row-major [r, c] matrix with row stride ld is the
 // column-major [c, r] matrix X^T with leading dimension ld, so each product C = A B is computed
@@ -191,12 +192,13 @@ void batched_gemm(const char* op, DType dtype, const Shape& batch, cublasOperati
              static_cast<std::ptrdiff_t>(x.offsets[first]) * static_cast<std::ptrdiff_t>(element);
     };
     TF_CUBLAS_CHECK(
-        op, cublasGemmStridedBatchedEx(
-                cublas(), op_a, op_b, m, n, k, f64 ? static_cast<const void*>(&alpha_d) : &alpha_f,
-                at(a), type, lda, run_step(a.offsets, first, group), at(b), type, ldb,
-                run_step(b.offsets, first, group),
-                f64 ? static_cast<const void*>(&zero_d) : &zero_f, at(c), type, ldc,
-                run_step(c.offsets, first, group), runs, compute_type(dtype), CUBLAS_GEMM_DEFAULT));
+        op,
+        cublasGemmStridedBatchedEx(
+            cublas(), op_a, op_b, m, n, k, f64 ? static_cast<const void*>(&alpha_d) : &alpha_f,
+            at(a), type, lda, run_step(a.offsets, first, group), at(b), type, ldb,
+            run_step(b.offsets, first, group), f64 ? static_cast<const void*>(&zero_d) : &zero_f,
+            at(c), type, ldc, run_step(c.offsets, first, group), runs,
+            f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 }
 
