@@ -45,6 +45,7 @@
 #include "backends/cpu/softmax_row.h"
 #include "core/error.h"
 #include "core/op_checks.h"
+#include "core/softmax_math.h"
 
 namespace tinyformer::cpu {
 
@@ -136,23 +137,22 @@ std::int64_t block_size(std::int64_t extent, std::int64_t batches) {
   return std::max<std::int64_t>(std::min(rows, extent), 1);
 }
 
-// One row of scores, in place: -inf where excluded, then softmax. Only the first `valid` of the
-// m scores were computed: the rest are keys the causal rule excludes (probability 0). mask: the
-// row's mask (stride mask_stride), or null; keys j > causal_from are excluded when
-// causal_from >= 0. A row with every key excluded is NaN throughout, as exp(-inf - -inf) is.
+// Row i of the scores, in place: -inf where excluded (attention_excluded), then softmax. Only the
+// first `valid` of the m scores were computed: the rest are keys the causal rule excludes
+// (probability 0). mask: the row's mask (stride mask_stride), or null. A row with every key
+// excluded is NaN throughout, as exp(-inf - -inf) is.
 template <typename T>
 void masked_softmax_row(T* row, std::int64_t valid, std::int64_t m, T scale, const bool* mask,
-                        std::int64_t mask_stride, std::int64_t causal_from) {
+                        std::int64_t mask_stride, bool causal, std::int64_t i) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
 #pragma omp simd
   for (std::int64_t j = 0; j < valid; ++j) row[j] *= scale;
   if (mask != nullptr) {
     for (std::int64_t j = 0; j < valid; ++j) {
-      if (mask[j * mask_stride]) row[j] = minus_inf;
+      if (attention_excluded(mask[j * mask_stride], causal, i, j)) row[j] = minus_inf;
     }
-  }
-  if (causal_from >= 0) {
-    for (std::int64_t j = causal_from + 1; j < valid; ++j) row[j] = minus_inf;
+  } else if (causal) {  // without a mask the rule excludes exactly the keys j > i
+    for (std::int64_t j = i + 1; j < valid; ++j) row[j] = minus_inf;
   }
   const T max = softmax_row(row, row, valid);
   const T rest = max == minus_inf ? std::numeric_limits<T>::quiet_NaN() : T(0);
@@ -199,7 +199,7 @@ void attention_forward(const Tensor& query, const Tensor& key, const Tensor& val
     for (std::int64_t i = 0; i < r; ++i) {
       const bool* mask_i = masked ? mask + mo[b] + (r0 + i) * mask_row : nullptr;
       masked_softmax_row(block + i * s.m, keys, s.m, static_cast<T>(scale), mask_i, mask_col,
-                         causal ? r0 + i : -1);
+                         causal, r0 + i);
     }
     gemm(false, false, r, s.dv, keys, T(1), block, s.m, v + vo[b], ldv, T(0), o + oo[b] + r0 * ldo,
          ldo, status);
@@ -248,7 +248,7 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
 #pragma omp simd reduction(+ : dot)
       for (std::int64_t j = 0; j < keys; ++j) dot += pi[j] * di[j];
 #pragma omp simd
-      for (std::int64_t j = 0; j < keys; ++j) di[j] = t_scale * (pi[j] * (di[j] - dot));
+      for (std::int64_t j = 0; j < keys; ++j) di[j] = t_scale * softmax_grad(pi[j], di[j], dot);
       for (std::int64_t j = keys; j < s.m; ++j) di[j] = T(0);
     }
     gemm(false, false, r, s.d, keys, T(1), block, s.m, k + ko[b], ldk, T(0),

@@ -37,6 +37,7 @@
 #include "core/error.h"
 #include "core/math.h"
 #include "core/op_checks.h"
+#include "core/softmax_math.h"
 
 namespace tinyformer::cpu {
 
@@ -135,13 +136,15 @@ void softmax_backward_rows(const Y* y, const T* g, D* dx, std::int64_t rows, std
       for (std::int64_t i = 0; i < cols; ++i) dot += gr[i];
 #pragma omp simd
       for (std::int64_t i = 0; i < cols; ++i) {
-        store(dr + i, gr[i] - math::exp(static_cast<T>(yr[i])) * dot);
+        store(dr + i, log_softmax_grad(static_cast<T>(yr[i]), gr[i], dot));
       }
     } else {
 #pragma omp simd reduction(+ : dot)
       for (std::int64_t i = 0; i < cols; ++i) dot += gr[i] * static_cast<T>(yr[i]);
 #pragma omp simd
-      for (std::int64_t i = 0; i < cols; ++i) store(dr + i, static_cast<T>(yr[i]) * (gr[i] - dot));
+      for (std::int64_t i = 0; i < cols; ++i) {
+        store(dr + i, softmax_grad(static_cast<T>(yr[i]), gr[i], dot));
+      }
     }
   });
 }

@@ -44,6 +44,7 @@
 #include "core/error.h"
 #include "core/math.h"
 #include "core/op_checks.h"
+#include "core/softmax_math.h"
 
 namespace tinyformer::cuda {
 
@@ -70,7 +71,8 @@ __global__ void __launch_bounds__(kRowBlock)
     const bool* excluded = mask != nullptr ? mask + mask_rows.offset(r) : nullptr;
     A row_max = -std::numeric_limits<A>::infinity();
     for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-      const bool skip = (causal && j > i) || (excluded != nullptr && excluded[j * mask_col_stride]);
+      const bool skip =
+          attention_excluded(excluded != nullptr && excluded[j * mask_col_stride], causal, i, j);
       const A v = skip ? -std::numeric_limits<A>::infinity() : to_acc(p[j]);
       p[j] = from_acc<T>(v);
       row_max = v > row_max ? v : row_max;
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(kRowBlock)
     }
     dot = block_sum(dot, scratch);
     for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-      g[j] = from_acc<T>(to_acc(p[j]) * (to_acc(g[j]) - dot));
+      g[j] = from_acc<T>(softmax_grad(to_acc(p[j]), to_acc(g[j]), dot));
     }
   }
 }

@@ -16,6 +16,7 @@
 #include "backends/cuda/strided.cuh"
 #include "core/math.h"
 #include "core/op_checks.h"
+#include "core/softmax_math.h"
 
 namespace tinyformer::cuda {
 
@@ -95,7 +96,8 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     for (int k = 0; k < kItems; ++k) {
       const int c = lane + 32 * k;
       if (c < cols) {
-        dr[c] = from_acc<D>(log ? gv[k] - math::exp(yv[k]) * dot : yv[k] * (gv[k] - dot));
+        dr[c] = from_acc<D>(log ? log_softmax_grad(yv[k], gv[k], dot)
+                                : softmax_grad(yv[k], gv[k], dot));
       }
     }
   }
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(kRowBlock)
     dot = block_sum(dot, scratch);
     for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       const A yv = to_acc(yr[c]), gv = to_acc(gr[c]);
-      dr[c] = from_acc<D>(log ? gv - math::exp(yv) * dot : yv * (gv - dot));
+      dr[c] = from_acc<D>(log ? log_softmax_grad(yv, gv, dot) : softmax_grad(yv, gv, dot));
     }
   }
 }
