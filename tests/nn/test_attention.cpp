@@ -90,6 +90,35 @@ TEST_CASE("fused attention: gradient check, transposed inputs, errors") {
   CHECK_THROWS_AS(fused_attention(randn({1, 4, 3}), randn({1, 4, 3}), randn({1, 5, 3})), Error);
 }
 
+TEST_CASE("fused attention: gradient checks through each path of the CPU kernel") {
+  // A key-padding mask that excludes the last key of every sequence (never key 0, so no row is
+  // excluded everywhere), with and without the causal rule.
+  const auto mask_last = [](std::int64_t batch, std::int64_t m) {
+    std::vector<bool> v(static_cast<std::size_t>(batch * m), false);
+    for (std::int64_t b = 0; b < batch; ++b) v[static_cast<std::size_t>(b * m + m - 1)] = true;
+    return from<bool>(v, {batch, 1, 1, m});
+  };
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    // 16 matrices: the backward runs a matrix per item, accumulating the key and value
+    // gradients; n < m, so the causal rule leaves keys no query sees.
+    const Tensor mask16 = mask_last(4, 5);
+    CHECK(gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          return fused_attention(in[0], in[1], in[2], mask16, {.causal = causal});
+        },
+        {randn64({4, 4, 3, 2}), randn64({4, 4, 5, 2}), randn64({4, 4, 5, 3})}));
+    // One matrix of 70 queries: blocks of 32 rows, dS written whole, the key and value gradients
+    // by blocks of key columns; n > m, so later blocks see every key.
+    const Tensor mask1 = mask_last(1, 40);
+    CHECK(gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          return fused_attention(in[0], in[1], in[2], mask1, {.causal = causal});
+        },
+        {randn64({1, 1, 70, 2}), randn64({1, 1, 40, 2}), randn64({1, 1, 40, 2})}));
+  }
+}
+
 TEST_CASE("attention masks of the wrong dtype or shape are errors naming the op, both forms") {
   using Sdpa = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&);
   const std::pair<const char*, Sdpa> forms[] = {
