@@ -1,5 +1,5 @@
 // CudaBackend::attention and attention_backward: scaled dot-product attention over the leading
-// (batch) dims, as three cuBLAS products around one row kernel (core/ops.def).
+// (batch) dims, as cuBLAS products around a masked-softmax row kernel (core/ops.def).
 //
 // Forward, for each batch matrix:
 //   S = scale Q K^T        cuBLAS, into probs (contiguous [n, m])
@@ -8,7 +8,7 @@
 //   out = P V              cuBLAS
 // Backward:
 //   dP = G V^T             cuBLAS, into a scratch buffer of probs' shape
-//   dS = P (dP - rowsum(P dP))   one block per row, in place in the scratch
+//   dS = P (dP - rowsum(P dP))   the softmax op's backward (softmax.cu), in place in the scratch
 //   grad_query = scale dS K,  grad_key = scale dS^T Q,  grad_value = P^T G   cuBLAS
 // Every product is beta = 0, so the outputs' prior contents are never read. float32 computes in
 // float (its products exact: CUBLAS_COMPUTE_32F, whatever matmul_precision() says), float64 in
@@ -50,7 +50,7 @@ namespace tinyformer::cuda {
 
 namespace {
 
-// --- row kernels: one block per row of the [rows, m] probabilities ---
+// --- the forward's row kernel: one block per row of the [rows, m] probabilities ---
 
 // probs holds the scores S on entry and P on exit. Row r is query i = r % n of its batch
 // matrix; key j is excluded when causal and j > i, or when mask[mask_rows.offset(r) + j *
@@ -89,27 +89,6 @@ __global__ void __launch_bounds__(kRowBlock)
     const A inv = A(1) / sum;
     for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
       p[j] = from_acc<T>(to_acc(p[j]) * inv);
-    }
-  }
-}
-
-// softmax's backward per row, in place: ds = p (ds - sum(p ds)), ds holding dP on entry.
-// probs, ds: [rows, m] contiguous, m > 0
-template <typename T>
-__global__ void __launch_bounds__(kRowBlock)
-    softmax_grad_kernel(const T* probs, T* ds, std::int64_t rows, std::int64_t m) {
-  using A = acc_t<T>;
-  __shared__ A scratch[32];
-  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* p = probs + r * m;
-    T* g = ds + r * m;
-    A dot = 0;
-    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-      dot += to_acc(p[j]) * to_acc(g[j]);
-    }
-    dot = block_sum(dot, scratch);
-    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-      g[j] = from_acc<T>(softmax_grad(to_acc(p[j]), to_acc(g[j]), dot));
     }
   }
 }
@@ -285,13 +264,10 @@ void CudaBackend::attention_backward(const Tensor& grad, const Tensor& query, co
   } else {
     batched_gemm(op, dtype, s.batch, CUBLAS_OP_T, CUBLAS_OP_N, s.m, s.n, s.dv, 1.0, v, g, d);
   }
-  const std::int64_t rows = s.batches * s.n;
-  dispatch<float, double>(dtype, op, [&](auto tag) {
-    using T = decltype(tag);
-    softmax_grad_kernel<T><<<grid_for(rows, 1), row_threads(s.m), 0, stream()>>>(
-        device_data<T>(probs), device_data<T>(ds), rows, s.m);
-  });
-  TF_CUDA_CHECK_LAUNCH(op);
+  // dS = P (dP - rowsum(P dP)) in place: the softmax op's backward over the [rows, m] rows.
+  const Tensor p_rows = probs.view({s.batches * s.n, s.m}),
+               ds_rows = ds.view({s.batches * s.n, s.m});
+  softmax_backward(p_rows, ds_rows, false, ds_rows);
 
   if (s.d > 0) {
     // grad_query^T [d, n] = K^T [d, m] (stored) dS^T [m, n] (stored), scaled.
