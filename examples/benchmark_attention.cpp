@@ -85,24 +85,16 @@ void run_train(nn::TransformerEncoder& encoder, const Tensor& x) {
 
 // Peak memory of forward and forward+backward: what the device's allocator saw above the bytes
 // held before the call, in the second of two calls (the first creates what is cached for good).
-void measure_memory(nn::TransformerEncoder& encoder, const Tensor& x, bool train, Measurement& m) {
-  auto peak_mb = [&](const std::function<void()>& call) {
-    double mb = 0;
-    for (int r = 0; r < 2; ++r) {
-      const auto base = memory_stats(x.device()).current_bytes;
-      reset_peak_memory(x.device());
-      call();
-      mb = static_cast<double>(memory_stats(x.device()).peak_bytes - base) / 1e6;
-    }
-    return mb;
-  };
-  m.forward_peak_mb = peak_mb([&] { run_forward(encoder, x); });
-  if (train) {
-    m.train_peak_mb = peak_mb([&] {
-      encoder.zero_grad();
-      run_train(encoder, x);
-    });
+// Throws OutOfMemory when the call does not fit on the device.
+double peak_mb(const Device& device, const std::function<void()>& call) {
+  double mb = 0;
+  for (int r = 0; r < 2; ++r) {
+    const auto base = memory_stats(device).current_bytes;
+    reset_peak_memory(device);
+    call();
+    mb = static_cast<double>(memory_stats(device).peak_bytes - base) / 1e6;
   }
+  return mb;
 }
 
 // Least-squares slope of log(y) against log(x).
@@ -187,8 +179,8 @@ int main(int argc, char** argv) {
   try {
     const Device device = parse_device(device_name);
     if (paper_grid) {
-      ns = {512, 1024, 2048, 4096, 8192, 16384, 32768, 65536};
-      ks = {128, 256, 512, 1024, 2048};
+      if (app.count("--n") == 0) ns = {512, 1024, 2048, 4096, 8192, 16384, 32768, 65536};
+      if (app.count("--k") == 0) ks = {128, 256, 512, 1024, 2048};
       d_model = 768, heads = 12, d_ff = 3072, layers = 12;
     }
     if (quick) {
@@ -247,37 +239,67 @@ int main(int argc, char** argv) {
       }
     }
 
-    // Build every model and measure its memory, then one set of jobs for them all.
+    // Build every model and measure its memory, then one set of jobs for them all. A model
+    // whose forward does not fit on the device is left out (its cells say so), and so is the
+    // forward+backward of one whose forward fits but not its training step.
     std::map<std::int64_t, Tensor> inputs;  // by n, shared by the models of that n
     std::map<std::pair<std::int64_t, std::int64_t>, std::shared_ptr<nn::TransformerEncoder>>
         encoders;
     std::map<std::pair<std::int64_t, std::int64_t>, Measurement> measured;
     std::vector<bench::Job> jobs;
     std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> forward_job, train_job;
+    auto out_of_memory = [&](std::int64_t n, std::int64_t k, const char* what,
+                             const OutOfMemory& e) {
+      std::printf("%s %s does not fit: %s\n", label(n, k).c_str(), what, e.what());
+      empty_cache(device);
+    };
     for (const auto& [key, with_train] : models) {
       const auto [n, k] = key;
-      if (!inputs.count(n)) inputs[n] = randn({batch, n, d_model}, {.device = device});
-      auto encoder = make(n, k);
-      const Tensor& x = inputs.at(n);
-      measure_memory(*encoder, x, with_train, measured[key]);
+      std::shared_ptr<nn::TransformerEncoder> encoder;
+      Measurement m;
+      try {
+        if (!inputs.count(n)) inputs[n] = randn({batch, n, d_model}, {.device = device});
+        encoder = make(n, k);
+        m.forward_peak_mb = peak_mb(device, [&] { run_forward(*encoder, inputs.at(n)); });
+      } catch (const OutOfMemory& e) {
+        encoder.reset();
+        out_of_memory(n, k, "forward", e);
+        continue;
+      }
+      const Tensor x = inputs.at(n);
       forward_job[key] = jobs.size();
       jobs.push_back(
           {label(n, k) + " forward", nullptr, [encoder, x] { run_forward(*encoder, x); }});
       if (with_train) {
-        train_job[key] = jobs.size();
-        jobs.push_back({label(n, k) + " forward+backward", [encoder] { encoder->zero_grad(); },
-                        [encoder, x] { run_train(*encoder, x); }});
+        try {
+          m.train_peak_mb = peak_mb(device, [&] {
+            encoder->zero_grad();
+            run_train(*encoder, x);
+          });
+          train_job[key] = jobs.size();
+          jobs.push_back({label(n, k) + " forward+backward", [encoder] { encoder->zero_grad(); },
+                          [encoder, x] { run_train(*encoder, x); }});
+        } catch (const OutOfMemory& e) {
+          encoder->zero_grad();
+          out_of_memory(n, k, "forward+backward", e);
+        }
       }
+      measured[key] = m;
       encoders[key] = std::move(encoder);
     }
-    // The speed-ups, full / Linformer, for every Linformer model.
+    // The speed-ups, full / Linformer, for every Linformer model whose full model ran too.
     std::vector<bench::Ratio> ratios;
+    auto has_ratio = [&](std::int64_t n, std::int64_t k, bool training) {
+      const auto& job = training ? train_job : forward_job;
+      return k > 0 && job.count({n, 0}) && job.count({n, k});
+    };
     for (const auto& [key, with_train] : models) {
       const auto [n, k] = key;
-      if (k == 0) continue;
-      ratios.push_back(
-          {label(n, k) + " inference speed-up", forward_job.at({n, 0}), forward_job.at(key)});
-      if (with_train) {
+      if (has_ratio(n, k, false)) {
+        ratios.push_back(
+            {label(n, k) + " inference speed-up", forward_job.at({n, 0}), forward_job.at(key)});
+      }
+      if (has_ratio(n, k, true)) {
         ratios.push_back(
             {label(n, k) + " training speed-up", train_job.at({n, 0}), train_job.at(key)});
       }
@@ -293,45 +315,57 @@ int main(int argc, char** argv) {
     };
 
     nlohmann::json results = nlohmann::json::array(), ratio_json = nlohmann::json::array();
+    // A model that did not fit: "out_of_memory" true, and no times; a training step that did
+    // not fit: "train_ms" null.
     auto cell_json = [&](std::int64_t n, std::int64_t k) {
+      nlohmann::json j = {{"n", n}, {"k", k == 0 ? nlohmann::json(nullptr) : nlohmann::json(k)}};
+      if (!measured.count({n, k})) {
+        j["out_of_memory"] = true;
+        return j;
+      }
       const Measurement& m = measured.at({n, k});
-      nlohmann::json j = {{"n", n},
-                          {"k", k == 0 ? nlohmann::json(nullptr) : nlohmann::json(k)},
-                          {"forward_ms", m.forward_ms},
-                          {"forward_min_ms", timing.jobs[forward_job.at({n, k})].min_ms},
-                          {"forward_spread", timing.jobs[forward_job.at({n, k})].spread},
-                          {"forward_peak_mb", m.forward_peak_mb},
-                          {"train_ms", m.train_ms},
-                          {"train_peak_mb", m.train_peak_mb}};
+      j.update(
+          {{"forward_ms", m.forward_ms},
+           {"forward_min_ms", timing.jobs[forward_job.at({n, k})].min_ms},
+           {"forward_spread", timing.jobs[forward_job.at({n, k})].spread},
+           {"forward_peak_mb", m.forward_peak_mb},
+           {"train_ms", train_job.count({n, k}) ? nlohmann::json(m.train_ms) : nlohmann::json()},
+           {"train_peak_mb", m.train_peak_mb}});
       if (train_job.count({n, k})) {
         j["train_min_ms"] = timing.jobs[train_job.at({n, k})].min_ms;
         j["train_spread"] = timing.jobs[train_job.at({n, k})].spread;
       }
-      if (k > 0) {
+      if (has_ratio(n, k, false)) {
         j["inference_speedup"] = speedup(n, k, false).median;
         j["inference_speedup_spread"] = speedup(n, k, false).spread;
-        if (train_job.count({n, k})) {
+        if (has_ratio(n, k, true)) {
           j["training_speedup"] = speedup(n, k, true).median;
           j["training_speedup_spread"] = speedup(n, k, true).spread;
         }
       }
       return j;
     };
-    for (std::int64_t n : ns) {
-      const Measurement& f = measured.at({n, 0});
-      std::printf("n=%-6lld full        forward %9.2f ms  peak %8.1f MB", static_cast<long long>(n),
-                  f.forward_ms, f.forward_peak_mb);
-      if (train) std::printf("   fwd+bwd %9.2f ms  peak %8.1f MB", f.train_ms, f.train_peak_mb);
+    auto print_model = [&](std::int64_t n, std::int64_t k) {
+      std::printf("%-17s forward", label(n, k).c_str());
+      if (!measured.count({n, k})) {
+        std::printf(" does not fit on the device\n");
+        return;
+      }
+      const Measurement& m = measured.at({n, k});
+      std::printf(" %9.2f ms  peak %8.1f MB", m.forward_ms, m.forward_peak_mb);
+      if (train && train_job.count({n, k})) {
+        std::printf("   fwd+bwd %9.2f ms  peak %8.1f MB", m.train_ms, m.train_peak_mb);
+      } else if (train) {
+        std::printf("   fwd+bwd does not fit on the device");
+      }
       std::printf("\n");
+    };
+    for (std::int64_t n : ns) {
+      print_model(n, 0);
       results.push_back(cell_json(n, 0));
       for (std::int64_t k : ks) {
         if (k >= n) continue;
-        const Measurement& m = measured.at({n, k});
-        std::printf("n=%-6lld k=%-6lld    forward %9.2f ms  peak %8.1f MB",
-                    static_cast<long long>(n), static_cast<long long>(k), m.forward_ms,
-                    m.forward_peak_mb);
-        if (train) std::printf("   fwd+bwd %9.2f ms  peak %8.1f MB", m.train_ms, m.train_peak_mb);
-        std::printf("\n");
+        print_model(n, k);
         results.push_back(cell_json(n, k));
       }
     }
@@ -349,6 +383,11 @@ int main(int argc, char** argv) {
         for (std::int64_t k : ks) {
           if (k >= n) {
             std::printf(" | %-31s", "-");
+            continue;
+          }
+          if (!has_ratio(n, k, training)) {
+            const bool linformer_ran = (training ? train_job : forward_job).count({n, k}) > 0;
+            std::printf(" | %-31s", linformer_ran ? "full: out of memory" : "out of memory");
             continue;
           }
           const Measurement& f = measured.at({n, 0});
@@ -397,7 +436,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(scaling_k), "n", "full ms", "linformer ms", "full MB",
                   "linformer MB", "speed-up");
       for (std::int64_t n : scaling_ns) {
-        if (n <= scaling_k) continue;
+        if (n <= scaling_k || !has_ratio(n, scaling_k, false)) continue;
         const Measurement& f = measured.at({n, 0});
         const Measurement& l = measured.at({n, scaling_k});
         xs.push_back(static_cast<double>(n));

@@ -217,12 +217,11 @@ void CudaBackend::conv1d_backward(const Tensor& grad, const Tensor& x, const Ten
     if (s.batch == 0) {
       zero(grad_bias, op);
     } else {
-      TensorDescriptor grad_desc(op), bias_desc(op);
-      describe_ncw(grad_desc, dtype, s.batch, s.c_out, s.out_length, op);
-      describe_ncw(bias_desc, dtype, 1, s.c_out, 1, op);
-      TF_CUDNN_CHECK(op, cudnnConvolutionBackwardBias(cudnn(), cudnn_one(dtype), grad_desc.get(),
-                                                      grad.data_ptr(), cudnn_zero(dtype),
-                                                      bias_desc.get(), grad_bias.data_ptr()));
+      // The reduce op, not cudnnConvolutionBackwardBias: cuDNN 9 answers NOT_SUPPORTED to the
+      // latter for some problems.
+      reduce(ReduceOp::sum, grad, {0, 2},
+             raw::as_strided(grad_bias, {1, s.c_out, 1}, {0, grad_bias.stride(0), 0},
+                             grad_bias.offset()));
     }
   }
   const bool want_x = grad_x.defined() && grad_x.numel() > 0;

@@ -29,7 +29,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 // The value of `key`, or an Error naming the checkpoint when it is missing.
-const std::string& get(const Metadata& metadata, const std::string& key, const std::string& path) {
+std::string get(const Metadata& metadata, const std::string& key, const std::string& path) {
   const auto it = metadata.find(key);
   TF_CHECK(it != metadata.end(), "checkpoint '", path, "' has no '", key,
            "' entry: it was not written by this program; pass another --checkpoint");
@@ -208,7 +208,7 @@ void TrainingRun::resume_from_checkpoint(const Metadata& current,
   // One read: the metadata checked here and the tensors loaded below come from the same bytes.
   const SafetensorsFile file = load_safetensors(path);
   const Metadata& saved = file.metadata;
-  const std::string& saved_program = get(saved, "program", path);
+  const std::string saved_program = get(saved, "program", path);
   TF_CHECK(saved_program == options_.program, "checkpoint '", path, "' was written by ",
            saved_program, ", not ", options_.program, "; pass another --checkpoint");
   for (const std::string& key : must_match) {
@@ -232,7 +232,7 @@ void TrainingRun::resume_from_checkpoint(const Metadata& current,
            "); pass the same model flags to resume, or another --checkpoint");
     }
   }
-  const std::string& step_text = get(saved, "step", path);
+  const std::string step_text = get(saved, "step", path);
   std::int64_t step = 0;
   TF_CHECK(parse_integer(step_text, 0, optim::Optimizer::kMaxStepCount, step), "checkpoint '", path,
            "': unreadable step '", step_text, "' (expected a decimal integer in [0, ",
@@ -257,7 +257,7 @@ void TrainingRun::resume_from_checkpoint(const Metadata& current,
              " but its optimizer state has taken ", most, " steps; the file is inconsistent");
   }
 
-  const std::string& generator = get(saved, "generator", path);
+  const std::string generator = get(saved, "generator", path);
   std::uint64_t seed = 0, offset = 0;
   TF_CHECK(parse_generator_state(generator, seed, offset), "checkpoint '", path,
            "': unreadable generator state '", generator,
