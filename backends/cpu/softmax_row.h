@@ -27,7 +27,7 @@ T softmax_row(const T* x, T* y, std::int64_t n) {
   T sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (std::int64_t i = 0; i < n; ++i) {
-    y[i] = math::exp(x[i] - m);
+    y[i] = math::exp_nonpositive(x[i] - m);  // x[i] - m <= 0, or NaN
     sum += y[i];
   }
   const T inv = T(1) / sum;

@@ -3,6 +3,7 @@
 // functions, so these checks hold for it too.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -57,6 +58,25 @@ TEST_CASE("float32 exp: accurate, one cut-off, exact at the ends") {
   }
   // float64 is the library's.
   CHECK(math::exp(1.25) == std::exp(1.25));
+}
+
+TEST_CASE("float32 exp_nonpositive: exp's bits for every float <= 0 and NaN") {
+  // Every 61st float with the sign bit set (-0 to -inf and the negative NaNs; 35 million), the
+  // ends of that range, and +0 and the positive NaNs: softmax's exp(x - max) takes only these.
+  std::uint64_t differ = 0;
+  for (std::uint64_t bits = 0x80000000u; bits <= 0xffffffffu; bits += 61) {
+    const float x = std::bit_cast<float>(static_cast<std::uint32_t>(bits));
+    const float a = math::exp(x), b = math::exp_nonpositive(x);
+    differ += std::bit_cast<std::uint32_t>(a) != std::bit_cast<std::uint32_t>(b);
+  }
+  for (std::uint32_t bits : {0x00000000u, 0x7fc00000u, 0x7f800001u, 0x7fffffffu, 0x80000000u,
+                             0x80000001u, 0xc2aeac4fu, 0xc2aeac50u, 0xff800000u, 0xffffffffu}) {
+    const float x = std::bit_cast<float>(bits);
+    differ += std::bit_cast<std::uint32_t>(math::exp(x)) !=
+              std::bit_cast<std::uint32_t>(math::exp_nonpositive(x));
+  }
+  CHECK(differ == 0);
+  CHECK(math::exp_nonpositive(-0.5) == std::exp(-0.5));  // float64: the library's
 }
 
 TEST_CASE("float32 tanh, normal CDF and sigmoid against double") {
