@@ -620,8 +620,8 @@ nlohmann::json describe_environment() {
   nlohmann::json env;
   std::printf("environment:\n");
   for (const char* name :
-       {"OPENBLAS_CORETYPE", "OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT", "LD_PRELOAD",
-        "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_PROC_BIND"}) {
+       {"OPENBLAS_CORETYPE", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT",
+        "LD_PRELOAD", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_PROC_BIND"}) {
     const char* value = std::getenv(name);
     std::printf("  %-24s %s\n", name, value ? value : "[not set]");
     env[name] = value ? nlohmann::json(value) : nlohmann::json(nullptr);

@@ -8,8 +8,10 @@
 #   AVX2-only CPU (AMD EPYC/Zen, Intel before Skylake-SP) it dies of an illegal instruction, so
 #   the default here is SkylakeX only where /proc/cpuinfo lists avx512f, else Haswell. Set it
 #   yourself to override.
-# - OMP_WAIT_POLICY=passive: idle OpenMP threads sleep instead of spinning, which matters when
-#   the machine is shared; OPENBLAS_THREAD_TIMEOUT=4 does the same for OpenBLAS's own threads.
+# - OpenMP waiting: left to libtinyformer's default (idle threads spin briefly, then sleep;
+#   README "Threading"), which applies to libtorch too: one process, one OpenMP runtime.
+#   OMP_WAIT_POLICY or GOMP_SPINCOUNT, when set, override it for both.
+#   OPENBLAS_THREAD_TIMEOUT=4: OpenBLAS's own idle threads sleep soon as well.
 # - tcmalloc (apt-get install libtcmalloc-minimal4) preloaded as the allocator: libtorch
 #   allocates every intermediate with malloc. Both frameworks run in one process, so they share
 #   this environment.
@@ -42,7 +44,6 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
   fi
 fi
 export OPENBLAS_CORETYPE
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 export OPENBLAS_THREAD_TIMEOUT="${OPENBLAS_THREAD_TIMEOUT:-4}"
 
 tcmalloc=""

@@ -191,7 +191,7 @@ def time_interleaved(jobs, warmup, reps):
 
 def environment():
     env = {name: os.environ.get(name) for name in
-           ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LD_PRELOAD",
+           ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LD_PRELOAD",
             "OMP_PROC_BIND", "KMP_AFFINITY", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")}
     return {"variables": env,
             "torch_version": torch.__version__,

@@ -13,8 +13,9 @@
 # the CPU has bfloat16 instructions; its outputs are checked by benchmark_libtorch --bf16, not here.
 # --quick: n 256 and 512, k 64 and 128, 2 rounds of 3 reps (a minute or two).
 # tinyformer runs under examples/benchmark_libtorch.sh's environment (OpenBLAS core type,
-# passive OpenMP waiting, tcmalloc). PyTorch runs with OMP_WAIT_POLICY=passive and nothing
-# preloaded: its wheel brings its own MKL, oneDNN and OpenMP runtime. The PyTorch environment
+# libtinyformer's OpenMP waiting, tcmalloc). PyTorch runs with the same OpenMP waiting
+# (GOMP_SPINCOUNT=1000, the spin libtinyformer sets, unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is
+# given) and nothing preloaded: its wheel brings its own MKL, oneDNN and OpenMP runtime. The PyTorch environment
 # comes from --venv, else $TINYFORMER_TORCH_VENV, else ~/.cache/tinyformer/venv-torch (where
 # examples/setup_pytorch_venv.sh installs it), else python3 if torch imports there.
 # Everything lands in --out (default benchmark_pytorch_results): the exported cases, each
@@ -74,7 +75,9 @@ if [ -z "$python" ]; then
   exit 2
 fi
 
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+if [ -z "${OMP_WAIT_POLICY:-}" ] && [ -z "${GOMP_SPINCOUNT:-}" ]; then
+  export GOMP_SPINCOUNT=1000
+fi
 mkdir -p "$out"
 sizes="--n $ns --k $ks --batch $batch"
 echo "benchmark_pytorch.sh: exporting the cases to $out/cases"

@@ -31,13 +31,52 @@ std::string lower(const char* s) {
   return out;
 }
 
-// Whether libgomp's idle threads sleep: OMP_WAIT_POLICY=passive (the library sets it when the
-// user set neither variable), or GOMP_SPINCOUNT=0. Without either, and with active, they spin.
-bool threads_sleep_when_idle() {
-  if (tinyformer_omp_wait_policy_set_by_library() != 0) return true;
-  if (const char* spin = std::getenv("GOMP_SPINCOUNT")) {
-    return std::string(spin) == "0";
+// GOMP_SPINCOUNT as libgomp reads it: a count of pause instructions, with an optional k, M, G or
+// T suffix (thousands to 10^12), or "infinite"; -1 when unset or unreadable.
+long double spin_count_from_environment() {
+  const char* env = std::getenv("GOMP_SPINCOUNT");
+  if (env == nullptr) return -1;
+  const std::string text = lower(env);
+  if (text == "infinite" || text == "infinity") return 1e30L;
+  char* end = nullptr;
+  const unsigned long long count = std::strtoull(env, &end, 10);
+  if (end == env) return -1;
+  long double scale = 1;
+  switch (std::tolower(static_cast<unsigned char>(*end))) {
+    case 'k':
+      scale = 1e3L;
+      ++end;
+      break;
+    case 'm':
+      scale = 1e6L;
+      ++end;
+      break;
+    case 'g':
+      scale = 1e9L;
+      ++end;
+      break;
+    case 't':
+      scale = 1e12L;
+      ++end;
+      break;
+    default:
+      break;
   }
+  return *end == '\0' ? static_cast<long double>(count) * scale : -1;
+}
+
+// The longest spin that still counts as brief: about a quarter of a millisecond of pauses, ten
+// times the library's default (omp_wait_policy.cpp).
+constexpr long double kBriefSpinLimit = 10000;
+
+// Whether libgomp's idle threads go to sleep at once or after a brief spin (the library's
+// default, GOMP_SPINCOUNT up to kBriefSpinLimit, or OMP_WAIT_POLICY=passive), so that a pass
+// after a stretch of work on the calling thread alone finds them asleep. Without either variable
+// (libgomp's default, milliseconds) and with OMP_WAIT_POLICY=active they keep spinning.
+bool threads_sleep_soon() {
+  if (tinyformer_omp_wait_policy_set_by_library() != 0) return true;
+  const long double spin = spin_count_from_environment();
+  if (spin >= 0) return spin <= kBriefSpinLimit;
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   return policy != nullptr && lower(policy) == "passive";
 }
@@ -55,7 +94,7 @@ Configured configure() {
              "TINYFORMER_PARALLEL_GRAIN: expected a positive number of elements, got '", env, "'");
     return {value, "TINYFORMER_PARALLEL_GRAIN"};
   }
-  if (threads_sleep_when_idle()) return {kPassiveGrain, "idle threads sleep"};
+  if (threads_sleep_soon()) return {kPassiveGrain, "idle threads sleep soon"};
   return {kMinParallelGrain, "idle threads spin"};
 }
 
@@ -83,10 +122,15 @@ int pass_threads(std::int64_t elements, std::int64_t cost) {
 }
 
 std::string wait_policy_info() {
-  if (tinyformer_omp_wait_policy_set_by_library() != 0)
-    return "passive waiting (the library's default; OMP_WAIT_POLICY=active to spin)";
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  if (tinyformer_omp_wait_policy_set_by_library() != 0) {
+    return std::string("idle threads spin briefly, then sleep (GOMP_SPINCOUNT=") + spin +
+           ", the library's default; OMP_WAIT_POLICY=passive to sleep at once)";
+  }
   const char* policy = std::getenv("OMP_WAIT_POLICY");
-  return std::string("OMP_WAIT_POLICY=") + (policy != nullptr ? policy : "(unset)");
+  std::string out = std::string("OMP_WAIT_POLICY=") + (policy != nullptr ? policy : "(unset)");
+  if (spin != nullptr) out += std::string(", GOMP_SPINCOUNT=") + spin;
+  return out;
 }
 
 std::string parallel_grain_info() {

@@ -1,18 +1,20 @@
 // When a CPU loop is worth handing to the OpenMP team.
 //
 // A parallel region wakes the team's idle threads and ends at a barrier where the calling thread
-// waits for the last of them. When idle threads sleep (passive waiting: the library's default,
-// README "Threading"), a region that follows some work on the calling thread alone, as every
-// op's pass follows the bookkeeping of the op before it, pays for waking them: measured on a
-// 2-core KVM guest (Zen 4), a region with nothing to do took 9-42 us, and a 256 KiB float
-// copy 14-48 us on two threads against 5-8 us on one (docs/threading.md). A pass over n elements
-// gains n * c * (1 - 1/T) from T threads (c: one thread's time per element), so it goes parallel
-// only above n = wake / (c * (1 - 1/T)): the grain.
+// waits for the last of them. Idle threads spin briefly and then sleep (the library's default,
+// README "Threading"); a region that follows some work on the calling thread alone for longer
+// than that spin, as a pass can follow an op's bookkeeping, finds them asleep and pays for waking
+// them: measured on a 2-core KVM guest (Zen 4), a region with nothing to do took 9-42 us, and a
+// 256 KiB float copy 14-48 us on two threads against 5-8 us on one (docs/threading.md). A pass
+// over n elements gains n * c * (1 - 1/T) from T threads (c: one thread's time per element), so
+// it goes parallel only above n = wake / (c * (1 - 1/T)): the grain.
 //
 // The grain is fixed for the process, not measured at run time: the wake-up varies several-fold
 // from one moment to the next (with what else runs, and whether a worker has gone to sleep yet),
 // and a measured grain would move with it. It is kPassiveGrain elements when idle threads sleep
-// and kMinParallelGrain when they spin (OMP_WAIT_POLICY=active or GOMP_SPINCOUNT), where waking
+// at once or after a brief spin (the default, OMP_WAIT_POLICY=passive, GOMP_SPINCOUNT up to
+// 10000) and kMinParallelGrain when they keep spinning (OMP_WAIT_POLICY=active, a longer
+// GOMP_SPINCOUNT, or libgomp's own default where the library did not set one), where waking
 // costs about a microsecond; TINYFORMER_PARALLEL_GRAIN=<elements> sets it. A kernel whose
 // elements each cost `cost` streaming elements (a read and a write of a float) passes that cost.
 //
@@ -42,8 +44,8 @@ int pass_threads(std::int64_t elements, std::int64_t cost = 1);
 // The grain and where it comes from, for runtime_info().
 std::string parallel_grain_info();
 
-// OMP_WAIT_POLICY as libgomp took it at start-up (backends/cpu/omp_wait_policy/), for
-// runtime_info().
+// How idle OpenMP threads wait, as libgomp took it at start-up (backends/cpu/omp_wait_policy/),
+// for runtime_info().
 std::string wait_policy_info();
 
 // Overrides the grain for this process (tests: the threaded paths at small sizes, the same
