@@ -6,7 +6,9 @@
 //     batch stride in its memory descriptors, broadcast operands as a batch of one;
 //   float32 with a transposed first operand (every weight gradient, attention's dV and dK):
 //     cblas_sgemm per batch element where oneDNN runs below AVX-512 (transposed_first_on_blas),
-//     since oneDNN 2.6 reads such an operand at half speed on AVX2; oneDNN on AVX-512;
+//     since oneDNN 2.6 reads such an operand at half speed on AVX2; oneDNN on AVX-512, where a
+//     single such product at least twice as wide as tall with K >= 4096 runs as out^T = b^T a
+//     (the faster orientation there) into scratch, transposed into out (swap_orientation);
 //   float64: cblas_dgemm per batch element (oneDNN has no float64 matmul);
 //   bfloat16: one oneDNN bfloat16 product with float32 accumulation where oneDNN has a bfloat16
 //     kernel for this CPU (bf16_matmul_native), else float32 products of the widened operands;
@@ -27,6 +29,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
+#include "backends/cpu/parallel.h"
 #include "core/error.h"
 #include "core/op_checks.h"
 
@@ -269,6 +272,35 @@ bool bf16_matmul_fast() {
   return fast;
 }
 
+// A float32 product out = a^T b of one matrix, a read column-major (a weight gradient g^T x), with
+// out much wider than tall and a long sum: oneDNN 2.6 on AVX-512 runs the other orientation,
+// out^T = b^T a, 10-14% faster there (M = 256, N = 1024, one Zen 5 core pair: K = 4096 394 against
+// 447 GFLOP/s, K = 16384 372 against 420; at K = 2048 the two tie and the transpose does not pay;
+// docs/matmul.md). Such a product is computed that way into scratch and transposed into out.
+constexpr std::int64_t kSwapMinK = 4096;
+bool swap_orientation(const GemmInput& pa, const GemmInput& pb, std::int64_t m, std::int64_t k,
+                      std::int64_t n) {
+  return pa.layout.transposed && !pb.layout.transposed && k >= kSwapMinK && n >= 2 * m;
+}
+
+// out [cols, rows] (row stride ldo) = in^T, in: [rows, cols] contiguous; in tiles, so that both
+// sides are read and written a cache line at a time; tile rows spread over the team.
+void transpose_into(const float* in, std::int64_t rows, std::int64_t cols, float* out,
+                    std::int64_t ldo) {
+  constexpr std::int64_t kTile = 16;
+  const std::int64_t tiles = (cols + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols))
+  for (std::int64_t t = 0; t < tiles; ++t) {
+    const std::int64_t j0 = t * kTile, j1 = std::min(cols, j0 + kTile);
+    for (std::int64_t i0 = 0; i0 < rows; i0 += kTile) {
+      const std::int64_t i1 = std::min(rows, i0 + kTile);
+      for (std::int64_t j = j0; j < j1; ++j) {
+        for (std::int64_t i = i0; i < i1; ++i) out[j * ldo + i] = in[i * cols + j];
+      }
+    }
+  }
+}
+
 // a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N]
 // (row-major matrices at any non-overlapping strides: gemm_output).
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -319,6 +351,14 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     // A column-major first operand (the gradients dW = g^T x and dV = P^T dO) below AVX-512:
     // oneDNN 2.6 runs these at half its speed, OpenBLAS at full speed (the policy above).
     matmul_blas(pa, pb, out.data<float>(), c, runs, m, k, n);
+  } else if (!mixed && out.dtype() == DType::float32 && batch == 1 &&
+             swap_orientation(pa, pb, m, k, n)) {
+    // out^T [N, M] = b^T a: b^T read column-major, a^T's storage row-major.
+    const Tensor swapped = empty({1, n, m});
+    matmul(raw::as_strided(b, {1, n, k}, {b.stride(0), b.stride(2), b.stride(1)}, b.offset()),
+           raw::as_strided(a, {1, k, m}, {a.stride(0), a.stride(2), a.stride(1)}, a.offset()),
+           swapped);
+    transpose_into(swapped.data<float>(), n, m, out.data<float>(), c.ld);
   } else {
     const Tensor first =
         runs == batch ? out : raw::as_strided(out, {1, m, n}, {m * c.ld, c.ld, 1}, out.offset());

@@ -179,6 +179,35 @@ TEST_CASE("matmul: large float32 products on oneDNN, single and batched") {
                make_operand(Layout::transposed, 4, 16, 33, DType::float32, 6));
 }
 
+TEST_CASE("matmul: a weight gradient's product in the swapped orientation") {
+  // A transposed a, K >= 4096 and N >= 2 M: on AVX-512 computed as out^T = b^T a and transposed
+  // into out (matmul.cpp, swap_orientation); elsewhere directly. Into a contiguous out and into
+  // rows of a wider matrix.
+  for (Layout lb : {Layout::contiguous, Layout::sliced}) {
+    CAPTURE(layout_name(lb));
+    const Tensor a = make_operand(Layout::transposed, 1, 19, 4100, DType::float32, 7);
+    const Tensor b = make_operand(lb, 1, 4100, 45, DType::float32, 8);
+    check_matmul(a, b);
+    const Tensor wide = empty_of({1, 19, 50}, DType::float32);
+    cpu().fill(wide, 7.0);
+    const Tensor out = raw::as_strided(wide, {1, 19, 45}, {19 * 50, 50, 1}, 3);
+    cpu().matmul(a, b, out);
+    const std::vector<double> all = values(wide);
+    std::vector<double> got;
+    for (std::int64_t i = 0; i < 19; ++i) {
+      for (std::int64_t j = 0; j < 50; ++j) {
+        const double v = all[static_cast<std::size_t>(i * 50 + j)];
+        if (j >= 3 && j < 48) {
+          got.push_back(v);
+        } else {
+          CHECK(v == 7.0);  // outside the view: untouched
+        }
+      }
+    }
+    check_close(got, matmul_reference(a, b), tolerance(DType::float32));
+  }
+}
+
 TEST_CASE("matmul: both operands broadcast fill every batch") {
   for (DType dtype : {DType::float32, DType::float64}) {
     check_matmul(make_operand(Layout::broadcast, 3, 5, 4, dtype, 7),
