@@ -137,22 +137,6 @@ std::int64_t block_size(std::int64_t extent, std::int64_t batches) {
   return std::max<std::int64_t>(std::min(rows, extent), 1);
 }
 
-// out [cols, rows] (row stride ldo) = in^T, in: [rows, cols] contiguous; in tiles, so that both
-// sides are read and written a cache line at a time.
-template <typename T>
-void transpose_into(const T* in, std::int64_t rows, std::int64_t cols, T* out, std::int64_t ldo) {
-  constexpr std::int64_t kTile = 16;
-  for (std::int64_t j0 = 0; j0 < cols; j0 += kTile) {
-    const std::int64_t j1 = std::min(cols, j0 + kTile);
-    for (std::int64_t i0 = 0; i0 < rows; i0 += kTile) {
-      const std::int64_t i1 = std::min(rows, i0 + kTile);
-      for (std::int64_t j = j0; j < j1; ++j) {
-        for (std::int64_t i = i0; i < i1; ++i) out[j * ldo + i] = in[i * cols + j];
-      }
-    }
-  }
-}
-
 // Row i of the scaled scores, in place: -inf where excluded (attention_excluded), then softmax.
 // Only the first `valid` of the m scores were computed: the rest are keys the causal rule
 // excludes (probability 0). mask: the row's mask (stride mask_stride), or null. A row with every

@@ -29,7 +29,6 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
-#include "backends/cpu/parallel.h"
 #include "core/error.h"
 #include "core/op_checks.h"
 
@@ -281,24 +280,6 @@ constexpr std::int64_t kSwapMinK = 4096;
 bool swap_orientation(const GemmInput& pa, const GemmInput& pb, std::int64_t m, std::int64_t k,
                       std::int64_t n) {
   return pa.layout.transposed && !pb.layout.transposed && k >= kSwapMinK && n >= 2 * m;
-}
-
-// out [cols, rows] (row stride ldo) = in^T, in: [rows, cols] contiguous; in tiles, so that both
-// sides are read and written a cache line at a time; tile rows spread over the team.
-void transpose_into(const float* in, std::int64_t rows, std::int64_t cols, float* out,
-                    std::int64_t ldo) {
-  constexpr std::int64_t kTile = 16;
-  const std::int64_t tiles = (cols + kTile - 1) / kTile;
-#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols))
-  for (std::int64_t t = 0; t < tiles; ++t) {
-    const std::int64_t j0 = t * kTile, j1 = std::min(cols, j0 + kTile);
-    for (std::int64_t i0 = 0; i0 < rows; i0 += kTile) {
-      const std::int64_t i1 = std::min(rows, i0 + kTile);
-      for (std::int64_t j = j0; j < j1; ++j) {
-        for (std::int64_t i = i0; i < i1; ++i) out[j * ldo + i] = in[i * cols + j];
-      }
-    }
-  }
 }
 
 // a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N]
