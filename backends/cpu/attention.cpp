@@ -39,6 +39,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/avx512.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/parallel.h"
@@ -137,6 +138,48 @@ std::int64_t block_size(std::int64_t extent, std::int64_t batches) {
   return std::max<std::int64_t>(std::min(rows, extent), 1);
 }
 
+// The head-width products of AVX-512 (avx512.h), float32: b [m, d] of every matrix (offsets
+// `offsets`, row stride ldb) packed for avx512::gemm_nt, one matrix after another, `size` floats
+// each. Empty where those kernels do not run (other CPUs, float64).
+// Scratch comes from the tensor allocator, which keeps freed blocks for the next call: a
+// std::vector would fault in and zero its pages at every call.
+template <typename T>
+Tensor scratch_tensor(std::int64_t elements) {
+  return empty(Shape{elements},
+               {.dtype = std::is_same_v<T, float> ? DType::float32 : DType::float64});
+}
+
+template <typename T>
+struct PackedOperand {
+  Tensor data;
+  std::int64_t size = 0;
+  bool packed = false;
+
+  // wanted: whether the caller would use the kernel where it runs.
+  PackedOperand(const T* b, const std::vector<std::int64_t>& offsets, std::int64_t ldb,
+                const AttentionShape& s, std::int64_t d, int threads, bool wanted = true) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (!wanted || !avx512::available()) return;
+      packed = true;
+      size = avx512::packed_nt_size(s.m, d);
+      data = scratch_tensor<float>(size * s.batches);
+      float* out = data.data<float>();
+      for_items(s.batches, threads, [&](std::int64_t item) {
+        avx512::pack_nt(b + offsets[static_cast<std::size_t>(item)], ldb, s.m, d,
+                        out + item * size);
+      });
+    }
+  }
+  bool used() const { return packed; }
+  const float* matrix(std::size_t b) const {
+    return data.data<float>() + static_cast<std::int64_t>(b) * size;
+  }
+};
+
+// Rows per group of the AVX-512 path: a group's scores (24 rows: 384 KiB at m = 4096) are still
+// in L2 when its softmax (forward) or dS (backward) runs right after its product.
+constexpr std::int64_t kGroupRows = 24;
+
 // Row i of the scaled scores, in place: -inf where excluded (attention_excluded), then softmax.
 // Only the first `valid` of the m scores were computed: the rest are keys the causal rule
 // excludes (probability 0). mask: the row's mask (stride mask_stride), or null. A row with every
@@ -187,16 +230,45 @@ void attention_forward(const Tensor& query, const Tensor& key, const Tensor& val
   const std::int64_t rows = block_size(s.n, s.batches);
   const std::int64_t blocks = (s.n + rows - 1) / rows;
   GemmStatus status;
+  const PackedOperand<T> packed_key(k, ko, ldk, s, s.d, threads);
+  // Without a mask or the causal rule, softmax takes each row's maximum from the product.
+  const bool max_from_product = !masked && !causal;
+  std::vector<float> row_max(
+      static_cast<std::size_t>(packed_key.used() ? kGroupRows * threads : 0));
   for_items(s.batches * blocks, threads, [&](std::int64_t item) {
     const std::size_t b = static_cast<std::size_t>(item / blocks);
     const std::int64_t r0 = (item % blocks) * rows, r = std::min(rows, s.n - r0);
     T* block = p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m;
     const std::int64_t keys = causal_keys(causal, r0, r, s.m);
-    gemm(false, true, r, keys, s.d, static_cast<T>(scale), q + qo[b] + r0 * ldq, ldq, k + ko[b],
-         ldk, T(0), block, s.m, status);
-    for (std::int64_t i = 0; i < r; ++i) {
-      const bool* mask_i = masked ? mask + mo[b] + (r0 + i) * mask_row : nullptr;
-      masked_softmax_row(block + i * s.m, keys, s.m, mask_i, mask_col, causal, r0 + i);
+    const auto softmax_rows = [&](std::int64_t i0, std::int64_t i1, const float* max) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        T* row = block + i * s.m;
+        if constexpr (std::is_same_v<T, float>) {
+          if (max != nullptr) {
+            avx512::softmax_row(row, row, keys, max + (i - i0));
+            continue;
+          }
+        }
+        const bool* mask_i = masked ? mask + mo[b] + (r0 + i) * mask_row : nullptr;
+        masked_softmax_row(row, keys, s.m, mask_i, mask_col, causal, r0 + i);
+      }
+    };
+    if constexpr (std::is_same_v<T, float>) {
+      if (packed_key.used()) {
+        float* max =
+            max_from_product ? row_max.data() + omp_get_thread_num() * kGroupRows : nullptr;
+        for (std::int64_t i0 = 0; i0 < r; i0 += kGroupRows) {
+          const std::int64_t g = std::min(kGroupRows, r - i0);
+          avx512::gemm_nt(g, keys, s.d, static_cast<float>(scale), q + qo[b] + (r0 + i0) * ldq, ldq,
+                          packed_key.matrix(b), block + i0 * s.m, s.m, max);
+          softmax_rows(i0, i0 + g, max);
+        }
+      }
+    }
+    if (!packed_key.used()) {
+      gemm(false, true, r, keys, s.d, static_cast<T>(scale), q + qo[b] + r0 * ldq, ldq, k + ko[b],
+           ldk, T(0), block, s.m, status);
+      softmax_rows(0, r, nullptr);
     }
     gemm(false, false, r, s.dv, keys, T(1), block, s.m, v + vo[b], ldv, T(0), o + oo[b] + r0 * ldo,
          ldo, status);
@@ -233,20 +305,45 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
 
   // Rows [r0, r0 + r) of matrix b: dS into `block` ([r, m]; 0 past the keys the rows may
   // attend to, where P is 0) and grad_query.
+  // dP by the AVX-512 kernel from rows of 1024 keys on, where the probabilities of all matrices
+  // outgrow the caches and prefetching them pays; below, oneDNN's sgemm was as fast (measured,
+  // Zen 5: n = 512 backward 1-2% slower through the kernel, n = 4096 5% faster).
+  constexpr std::int64_t kMinKeysPrefetched = 1024;
+  const PackedOperand<T> packed_value(v, vo, ldv, s, s.dv, threads, s.m >= kMinKeysPrefetched);
   const auto ds_rows = [&](std::size_t b, std::int64_t r0, std::int64_t r, T* block) {
     const T* pb = p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m;
     const std::int64_t keys = causal_keys(causal, r0, r, s.m);
-    gemm(false, true, r, keys, s.dv, T(1), g + go[b] + r0 * ldg, ldg, v + vo[b], ldv, T(0), block,
-         s.m, status);
-    for (std::int64_t i = 0; i < r; ++i) {
-      const T* pi = pb + i * s.m;
-      T* di = block + i * s.m;
-      T dot = 0;
+    const auto ds_pass = [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const T* pi = pb + i * s.m;
+        T* di = block + i * s.m;
+        T dot = 0;
 #pragma omp simd reduction(+ : dot)
-      for (std::int64_t j = 0; j < keys; ++j) dot += pi[j] * di[j];
+        for (std::int64_t j = 0; j < keys; ++j) dot += pi[j] * di[j];
 #pragma omp simd
-      for (std::int64_t j = 0; j < keys; ++j) di[j] = t_scale * softmax_grad(pi[j], di[j], dot);
-      for (std::int64_t j = keys; j < s.m; ++j) di[j] = T(0);
+        for (std::int64_t j = 0; j < keys; ++j) di[j] = t_scale * softmax_grad(pi[j], di[j], dot);
+        for (std::int64_t j = keys; j < s.m; ++j) di[j] = T(0);
+      }
+    };
+    if constexpr (std::is_same_v<T, float>) {
+      if (packed_value.used()) {
+        // dP a group of rows at a time, while the product prefetches the probabilities of the
+        // next group (the pass is otherwise bound by reading them from memory).
+        for (std::int64_t i0 = 0; i0 < r; i0 += kGroupRows) {
+          const std::int64_t rows_now = std::min(kGroupRows, r - i0);
+          const std::int64_t next = std::min(kGroupRows, r - i0 - rows_now);
+          avx512::gemm_nt(rows_now, keys, s.dv, 1.0f, g + go[b] + (r0 + i0) * ldg, ldg,
+                          packed_value.matrix(b), block + i0 * s.m, s.m, nullptr,
+                          pb + (i0 + rows_now) * s.m,
+                          static_cast<std::int64_t>(sizeof(float)) * next * s.m);
+          ds_pass(i0, i0 + rows_now);
+        }
+      }
+    }
+    if (!packed_value.used()) {
+      gemm(false, true, r, keys, s.dv, T(1), g + go[b] + r0 * ldg, ldg, v + vo[b], ldv, T(0), block,
+           s.m, status);
+      ds_pass(0, r);
     }
     gemm(false, false, r, s.d, keys, T(1), block, s.m, k + ko[b], ldk, T(0),
          gq + gqo[b] + r0 * ldgq, ldgq, status);
@@ -261,10 +358,11 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
     // Scratch per thread, allocated here: nothing may throw inside the team.
     const std::int64_t block_elements = std::min(rows, s.n) * s.m;
     const std::int64_t per_thread = block_elements + (s.d + s.dv) * s.m;
-    std::vector<T> scratch(static_cast<std::size_t>(per_thread * threads));
+    const Tensor scratch = scratch_tensor<T>(per_thread * threads);
+    T* const scratch_data = scratch.data<T>();
     for_items(s.batches, threads, [&](std::int64_t item) {
       const std::size_t b = static_cast<std::size_t>(item);
-      T* block = scratch.data() + omp_get_thread_num() * per_thread;
+      T* block = scratch_data + omp_get_thread_num() * per_thread;
       T* gk_t = block + block_elements;  // [d, m]
       T* gv_t = gk_t + s.d * s.m;        // [dv, m]
       // Causal, a block adds to the columns of its keys only: start every column at 0.

@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
+#include "backends/cpu/avx512.h"
 #include "core/math.h"
 
 namespace tinyformer::cpu {
@@ -21,8 +23,13 @@ T row_max(const T* x, std::int64_t n) {
 // y = softmax(x) over one row of n (y may be x); returns the row's maximum, which was
 // subtracted before exp() to keep it from overflowing (it cancels in the ratio). A row of -inf
 // alone has maximum -inf, and every y is NaN (exp(-inf - -inf)).
+// float32 runs avx512::softmax_row where the CPU has AVX-512: the same exponentials, its sums in
+// another order.
 template <typename T>
 T softmax_row(const T* x, T* y, std::int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (avx512::available()) return avx512::softmax_row(x, y, n);
+  }
   const T m = row_max(x, n);
   T sum = 0;
 #pragma omp simd reduction(+ : sum)

@@ -150,6 +150,22 @@ TEST_CASE("parity: attention and its backward") {
   }
 }
 
+TEST_CASE("parity: attention over 1024 keys and more") {
+  if (!available()) return;
+  // From 1024 keys on, the CPU's backward computes dP with its AVX-512 kernel where the CPU has
+  // one (and prefetches the probabilities): rows past a group of 24 and keys past a panel of 64.
+  std::uint64_t seed = 400;
+  for (DType dtype : supported({DType::float32, DType::float64})) {
+    for (const Shape& batch : {Shape{}, Shape{2, 3}}) {
+      for (MaskKind mask : {MaskKind::none, MaskKind::padding}) {
+        for (bool causal : {false, true}) {
+          check_case(batch, {30, 1030, 16, 9}, dtype, mask, causal, seed += 5);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("parity: attention with empty sizes and rows that exclude every key") {
   if (!available()) return;
   for (DType dtype : supported({DType::float32, DType::float64})) {

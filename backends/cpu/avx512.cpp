@@ -1,0 +1,290 @@
+// The AVX-512 kernels of avx512.h. Every function that uses AVX-512 carries the target attribute
+// itself and lives in this file's anonymous namespace or is one of the entry points: nothing
+// generic (no inline function or template of another header) is compiled here for AVX-512, so
+// the linker can never pick such a copy for code that runs on other CPUs.
+#include "backends/cpu/avx512.h"
+
+// GCC 12 reports the intrinsics' own _mm512_undefined_ps() (the unused lanes of an unmasked
+// conversion or reduction) as (maybe) uninitialized where they are inlined here.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include <immintrin.h>
+
+#include <dnnl.hpp>
+
+#include "core/math.h"
+
+#define TF_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma")))
+
+namespace tinyformer::cpu::avx512 {
+
+namespace {
+
+constexpr std::int64_t kPanel = 64;    // columns of C per packed panel: four vectors of 16
+constexpr std::int64_t kTileRows = 6;  // rows of C per register tile: 6 x 4 = 24 accumulators
+
+// Lanes [0, count) of a vector of 16, count clamped to [0, 16].
+TF_AVX512 inline __mmask16 lanes(std::int64_t count) {
+  if (count <= 0) return 0;
+  if (count >= 16) return 0xFFFF;
+  return static_cast<__mmask16>((1u << count) - 1u);
+}
+
+// math::exp_poly_nonpositive on 16 lanes, the same operations in the same order (the compiler
+// contracts the scalar code's products and sums into the same fused multiply-adds): the bits of
+// the scalar function for every x <= 0 and NaN (tests/backends/test_cpu_dense.cpp checks all of
+// them). A NaN lane converts to the integer 0x80000000, which the shift by 23 turns into 0, so p,
+// NaN too, gets nothing added to its exponent.
+TF_AVX512 inline __m512 exp16(__m512 x) {
+  const __m512 min = _mm512_set1_ps(math::kExpMin);
+  const __m512 xc = _mm512_max_ps(min, x);  // NaN stays NaN: max returns its second operand
+  const __m512 round = _mm512_set1_ps(12582912.0f);
+  const __m512 n =
+      _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), round), round);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(r, _mm512_mul_ps(p, r), r), _mm512_set1_ps(1.0f));
+  const __m512i exponent = _mm512_slli_epi32(_mm512_cvttps_epi32(n), 23);
+  const __m512 y = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), exponent));
+  // Below kExpMin the result is 0; NaN compares unordered, "not less than", and is kept.
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, min, _CMP_NLT_UQ), y);
+}
+
+TF_AVX512 float row_max(const float* x, std::int64_t n) {
+  const __m512 minus_inf = _mm512_set1_ps(-__builtin_inff());
+  __m512 m0 = minus_inf, m1 = minus_inf;
+  std::int64_t i = 0;
+  // max(v, m): a NaN v leaves m, as row_max in softmax_row.h leaves NaNs out.
+  for (; i + 32 <= n; i += 32) {
+    m0 = _mm512_max_ps(_mm512_loadu_ps(x + i), m0);
+    m1 = _mm512_max_ps(_mm512_loadu_ps(x + i + 16), m1);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 mask = lanes(n - i);
+    m0 = _mm512_max_ps(_mm512_mask_loadu_ps(minus_inf, mask, x + i), m0);
+  }
+  return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+}
+
+// y = exp(x - m), returns the sum of y.
+TF_AVX512 float exp_sum(const float* x, float* y, std::int64_t n, float max) {
+  const __m512 m = _mm512_set1_ps(max);
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 a = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
+    const __m512 b = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), m));
+    _mm512_storeu_ps(y + i, a);
+    _mm512_storeu_ps(y + i + 16, b);
+    s0 = _mm512_add_ps(s0, a);
+    s1 = _mm512_add_ps(s1, b);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 mask = lanes(n - i);
+    const __m512 a = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + i), m));
+    _mm512_mask_storeu_ps(y + i, mask, a);
+    s0 = _mm512_add_ps(s0, _mm512_maskz_mov_ps(mask, a));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+TF_AVX512 void scale_row(float* y, std::int64_t n, float factor) {
+  const __m512 f = _mm512_set1_ps(factor);
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), f));
+  if (i < n) {
+    const __mmask16 mask = lanes(n - i);
+    _mm512_mask_storeu_ps(y + i, mask, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, y + i), f));
+  }
+}
+
+// The register tile: out[r, 0:64] = alpha sum_kk A[r, kk] panel[kk, 0:64] for the 6 rows at a[r]
+// (pointers, so that a short tile can repeat a row), each sum in order over kk. Not inlined, and
+// nothing else to hold, so that GCC keeps its 24 accumulators, 4 panel vectors and a broadcast in
+// the 32 registers (inlined into the loops around it, it spilled, at up to a third of the speed).
+template <bool kMax>
+TF_AVX512 __attribute__((noinline)) void tile_6x64(std::int64_t k, const float* const* a,
+                                                   const float* panel, float alpha, float* out,
+                                                   std::int64_t ldo, __m512* running_max) {
+  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+#define TF_ROW_ZERO(r)                  \
+  __m512 c##r##0 = _mm512_setzero_ps(); \
+  __m512 c##r##1 = _mm512_setzero_ps(); \
+  __m512 c##r##2 = _mm512_setzero_ps(); \
+  __m512 c##r##3 = _mm512_setzero_ps();
+  TF_ROW_ZERO(0)
+  TF_ROW_ZERO(1) TF_ROW_ZERO(2) TF_ROW_ZERO(3) TF_ROW_ZERO(4) TF_ROW_ZERO(5)
+#undef TF_ROW_ZERO
+      for (std::int64_t kk = 0; kk < k; ++kk) {
+    const float* b = panel + kk * kPanel;
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16),
+                 b2 = _mm512_loadu_ps(b + 32), b3 = _mm512_loadu_ps(b + 48);
+#define TF_ROW_FMA(r)                           \
+  {                                             \
+    const __m512 ar = _mm512_set1_ps(a##r[kk]); \
+    c##r##0 = _mm512_fmadd_ps(ar, b0, c##r##0); \
+    c##r##1 = _mm512_fmadd_ps(ar, b1, c##r##1); \
+    c##r##2 = _mm512_fmadd_ps(ar, b2, c##r##2); \
+    c##r##3 = _mm512_fmadd_ps(ar, b3, c##r##3); \
+  }
+    TF_ROW_FMA(0) TF_ROW_FMA(1) TF_ROW_FMA(2) TF_ROW_FMA(3) TF_ROW_FMA(4) TF_ROW_FMA(5)
+#undef TF_ROW_FMA
+  }
+  const __m512 scale = _mm512_set1_ps(alpha);
+  // With kMax, running_max[r] = max(o, running_max[r]) lane-wise: a NaN o keeps the running max.
+#define TF_ROW_STORE(r)                                                                  \
+  {                                                                                      \
+    const __m512 o0 = _mm512_mul_ps(c##r##0, scale), o1 = _mm512_mul_ps(c##r##1, scale), \
+                 o2 = _mm512_mul_ps(c##r##2, scale), o3 = _mm512_mul_ps(c##r##3, scale); \
+    _mm512_storeu_ps(out + r * ldo, o0);                                                 \
+    _mm512_storeu_ps(out + r * ldo + 16, o1);                                            \
+    _mm512_storeu_ps(out + r * ldo + 32, o2);                                            \
+    _mm512_storeu_ps(out + r * ldo + 48, o3);                                            \
+    if constexpr (kMax) {                                                                \
+      const __m512 m = running_max[r];                                                   \
+      running_max[r] = _mm512_max_ps(_mm512_max_ps(o0, _mm512_max_ps(o1, m)),            \
+                                     _mm512_max_ps(o2, _mm512_max_ps(o3, m)));           \
+    }                                                                                    \
+  }
+  TF_ROW_STORE(0) TF_ROW_STORE(1) TF_ROW_STORE(2) TF_ROW_STORE(3) TF_ROW_STORE(4) TF_ROW_STORE(5)
+#undef TF_ROW_STORE
+}
+
+// Rows [i, i + rows) of C, rows <= 6, panel by panel: a full tile straight into C, a short one
+// (fewer rows, or the last panel's fewer columns) into `spill` and copied from there. With
+// row_max, each row's largest element (NaNs left out: max(v, m) with a NaN v keeps m), from the
+// registers of a full tile, from `spill` for a short one. Before the tiles, prefetch_lines cache
+// lines from `prefetch` on go to L2, a few per tile.
+TF_AVX512 void rows_nt(std::int64_t rows, std::int64_t n, std::int64_t k, float alpha,
+                       const float* a, std::int64_t lda, const float* packed_b, float* c,
+                       std::int64_t ldc, float* row_max, const char* prefetch,
+                       std::int64_t prefetch_lines) {
+  const std::int64_t panels = (n + kPanel - 1) / kPanel;
+  const std::int64_t per_panel = panels > 0 ? (prefetch_lines + panels - 1) / panels : 0;
+  std::int64_t prefetched = 0;
+  const float* a_rows[kTileRows];
+  for (std::int64_t r = 0; r < kTileRows; ++r) a_rows[r] = a + (r < rows ? r : rows - 1) * lda;
+  alignas(64) float spill[kTileRows * kPanel];
+  __m512 running_max[kTileRows];
+  for (std::int64_t r = 0; r < kTileRows; ++r) running_max[r] = _mm512_set1_ps(-__builtin_inff());
+  for (std::int64_t j0 = 0; j0 < n; j0 += kPanel) {
+    const std::int64_t cols = n - j0 < kPanel ? n - j0 : kPanel;
+    const bool full = rows == kTileRows && cols == kPanel;
+    float* out = full ? c + j0 : spill;
+    const std::int64_t ldo = full ? ldc : kPanel;
+    for (std::int64_t line = 0; line < per_panel && prefetched < prefetch_lines; ++line) {
+      _mm_prefetch(prefetch + 64 * prefetched++, _MM_HINT_T1);
+    }
+    if (full) {
+      if (row_max != nullptr) {
+        tile_6x64<true>(k, a_rows, packed_b + j0 * k, alpha, out, ldo, running_max);
+      } else {
+        tile_6x64<false>(k, a_rows, packed_b + j0 * k, alpha, out, ldo, nullptr);
+      }
+      continue;
+    }
+    tile_6x64<false>(k, a_rows, packed_b + j0 * k, alpha, out, ldo, nullptr);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* o = out + r * ldo;
+      __m512 m = running_max[r];
+      for (std::int64_t v = 0; v < cols; v += 16) {
+        const __mmask16 mask = lanes(cols - v);
+        const __m512 x = _mm512_maskz_loadu_ps(mask, o + v);
+        _mm512_mask_storeu_ps(c + r * ldc + j0 + v, mask, x);
+        m = _mm512_mask_max_ps(m, mask, x, m);
+      }
+      running_max[r] = m;
+    }
+  }
+  if (row_max != nullptr) {
+    for (std::int64_t r = 0; r < rows; ++r) row_max[r] = _mm512_reduce_max_ps(running_max[r]);
+  }
+}
+
+}  // namespace
+
+bool available() {
+  static const bool yes = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    const bool dnnl_avx512 =
+        isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
+        isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+    return dnnl_avx512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  }();
+  return yes;
+}
+
+TF_AVX512 void exp_nonpositive(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = lanes(n - i);
+    _mm512_mask_storeu_ps(y + i, mask, exp16(_mm512_maskz_loadu_ps(mask, x + i)));
+  }
+}
+
+TF_AVX512 float softmax_row(const float* x, float* y, std::int64_t n, const float* max_known) {
+  const float max = max_known != nullptr ? *max_known : row_max(x, n);
+  const float sum = exp_sum(x, y, n, max);
+  scale_row(y, n, 1.0f / sum);
+  return max;
+}
+
+std::int64_t packed_nt_size(std::int64_t n, std::int64_t k) {
+  return (n + kPanel - 1) / kPanel * kPanel * k;
+}
+
+TF_AVX512 void pack_nt(const float* b, std::int64_t ldb, std::int64_t n, std::int64_t k,
+                       float* packed) {
+  // 16 rows of B at a time: column kk of them is one gather (element offsets of 32 bits, where
+  // 15 rows fit), else one element at a time.
+  const bool gather = ldb <= (std::int64_t{1} << 26);
+  const __m512i rows16 =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(gather ? static_cast<int>(ldb) : 0));
+  for (std::int64_t j0 = 0; j0 < n; j0 += kPanel) {
+    float* panel = packed + j0 * k;
+    for (std::int64_t v = 0; v < kPanel; v += 16) {
+      const std::int64_t rows = n - j0 - v;  // of B left from row j0 + v
+      if (gather && rows >= 16) {
+        const float* base = b + (j0 + v) * ldb;
+        for (std::int64_t kk = 0; kk < k; ++kk) {
+          _mm512_storeu_ps(panel + kk * kPanel + v, _mm512_i32gather_ps(rows16, base + kk, 4));
+        }
+        continue;
+      }
+      for (std::int64_t jj = v; jj < v + 16; ++jj) {
+        for (std::int64_t kk = 0; kk < k; ++kk) {
+          panel[kk * kPanel + jj] = j0 + jj < n ? b[(j0 + jj) * ldb + kk] : 0.0f;
+        }
+      }
+    }
+  }
+}
+
+TF_AVX512 void gemm_nt(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+                       std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc,
+                       float* row_max, const void* prefetch, std::int64_t prefetch_bytes) {
+  // The prefetched lines, spread evenly over the groups of rows.
+  const char* lines = static_cast<const char*>(prefetch);
+  const std::int64_t total_lines = lines != nullptr ? (prefetch_bytes + 63) / 64 : 0;
+  const std::int64_t groups = (m + kTileRows - 1) / kTileRows;
+  const std::int64_t per_group = groups > 0 ? (total_lines + groups - 1) / groups : 0;
+  std::int64_t done = 0;
+  for (std::int64_t i = 0; i < m; i += kTileRows) {
+    const std::int64_t rows = m - i < kTileRows ? m - i : kTileRows;
+    const std::int64_t count = total_lines - done < per_group ? total_lines - done : per_group;
+    rows_nt(rows, n, k, alpha, a + i * lda, lda, packed_b, c + i * ldc, ldc,
+            row_max != nullptr ? row_max + i : nullptr,
+            lines != nullptr ? lines + 64 * done : nullptr, count);
+    done += count;
+  }
+}
+
+}  // namespace tinyformer::cpu::avx512

@@ -1,0 +1,48 @@
+// Kernels of the CPU backend written for AVX-512 (float32), chosen at run time: available() says
+// whether this CPU and OS run them, and every caller keeps a portable path for the rest. They are
+// compiled for AVX-512 whatever the build's target, so a build for a baseline x86-64 still has
+// them (docs/cpu_kernels.md).
+//
+// - softmax rows: the exponential of core/math.h's exp_nonpositive, 16 lanes at a time, the same
+//   bits (tested over every float <= 0);
+// - the head-width product of attention: C = alpha A B^T with A [m, k], B [n, k] and k small (the
+//   head width): scores = scale q k^T and the backward's dP = grad v^T. B is packed once per
+//   matrix into panels of 64 columns, and a register tile of 7 rows by 64 columns runs the sum
+//   over k; the row maxima of C can come with it, saving softmax's first pass.
+#pragma once
+
+#include <cstdint>
+
+namespace tinyformer::cpu::avx512 {
+
+// True where this CPU and OS run AVX-512 (F, DQ, BW, VL) and oneDNN's effective ISA is
+// avx512_core or better: DNNL_MAX_CPU_ISA=AVX2 (or lower) turns these kernels off with oneDNN's,
+// which is how the tests run the portable paths on an AVX-512 machine.
+bool available();
+
+// y[i] = exp_nonpositive(x[i]) for i < n: x <= 0 or NaN (the bits of math::exp_nonpositive).
+void exp_nonpositive(const float* x, float* y, std::int64_t n);
+
+// y = softmax(x) over one row of n (y may be x); returns the row's maximum. max_known: when not
+// null, the row's maximum, already known (the first pass is skipped).
+float softmax_row(const float* x, float* y, std::int64_t n, const float* max_known = nullptr);
+
+// Floats that pack_nt needs for B [n, k]: n rounded up to 64, times k.
+std::int64_t packed_nt_size(std::int64_t n, std::int64_t k);
+
+// Packs B [n, k] (row stride ldb) for gemm_nt: panels of 64 rows of B, each as k rows of 64
+// (B^T's columns), the last panel padded with zeros.
+void pack_nt(const float* b, std::int64_t ldb, std::int64_t n, std::int64_t k, float* packed);
+
+// C [m, n] (row stride ldc) = alpha A B^T, A [m, k] (row stride lda), B packed by pack_nt. Each
+// element is one fused multiply-add chain over k in order, then times alpha: the same bits
+// whichever rows or panels a caller splits the work into. row_max: when not null, row_max[i] =
+// the largest C[i, :], NaNs left out (as row_max in softmax_row.h), -inf for n = 0.
+// prefetch, prefetch_bytes: memory that the caller reads next (the next rows' probabilities in
+// attention's backward), brought into L2 a slice per register tile, so that its transfer from
+// memory overlaps the arithmetic; null for none.
+void gemm_nt(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+             std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc, float* row_max,
+             const void* prefetch = nullptr, std::int64_t prefetch_bytes = 0);
+
+}  // namespace tinyformer::cpu::avx512

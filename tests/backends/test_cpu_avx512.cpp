@@ -1,0 +1,158 @@
+// The CPU backend's AVX-512 kernels (backends/cpu/avx512.h) against plain loops: the exponential
+// bit for bit, softmax rows, and the head-width product over odd sizes, strides, its row maxima
+// and its prefetch. Where the CPU (or DNNL_MAX_CPU_ISA) rules AVX-512 out, the cases say so and
+// check nothing else; the ctest case cpu_portable_attention runs attention's parity cases on the
+// portable path.
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/avx512.h"
+#include "backends/cpu/softmax_row.h"
+#include "core/math.h"
+
+namespace {
+
+using namespace tinyformer;
+namespace avx512 = tinyformer::cpu::avx512;
+
+bool skip() {
+  if (avx512::available()) return false;
+  MESSAGE("no AVX-512 on this CPU (or DNNL_MAX_CPU_ISA caps it): the kernels are not used");
+  return true;
+}
+
+std::vector<float> random_floats(std::size_t count, std::uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(count);
+  for (float& x : v) x = normal(gen);
+  return v;
+}
+
+TEST_CASE("avx512: exp_nonpositive has math::exp_nonpositive's bits for every float <= 0") {
+  if (skip()) return;
+  // Every bit pattern with the sign set: -0, every negative float down to -inf, and the NaNs.
+  constexpr std::uint64_t kChunk = 1 << 16;
+  std::vector<float> x(kChunk), y(kChunk);
+  std::uint64_t mismatches = 0;
+  for (std::uint64_t base = 0x80000000u; base <= 0xFFFFFFFFu; base += kChunk) {
+    for (std::uint64_t i = 0; i < kChunk; ++i) {
+      x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(base + i));
+    }
+    avx512::exp_nonpositive(x.data(), y.data(), static_cast<std::int64_t>(kChunk));
+    for (std::uint64_t i = 0; i < kChunk; ++i) {
+      const float want = math::exp_nonpositive(x[i]);
+      const bool same = std::bit_cast<std::uint32_t>(want) == std::bit_cast<std::uint32_t>(y[i]) ||
+                        (std::isnan(want) && std::isnan(y[i]));
+      if (!same && mismatches++ < 5) {
+        MESSAGE("x = " << x[i] << ": " << y[i] << " against " << want);
+      }
+    }
+  }
+  CHECK(mismatches == 0);
+  // A length that is not a multiple of 16 writes nothing past its end.
+  std::vector<float> tail(40, 7.0f);
+  avx512::exp_nonpositive(x.data(), tail.data(), 21);
+  for (std::size_t i = 21; i < tail.size(); ++i) CHECK(tail[i] == 7.0f);
+}
+
+TEST_CASE("avx512: softmax rows against the portable loop") {
+  if (skip()) return;
+  for (std::int64_t n : {1, 5, 16, 17, 31, 32, 33, 100, 1000}) {
+    CAPTURE(n);
+    std::vector<float> x =
+        random_floats(static_cast<std::size_t>(n), static_cast<std::uint32_t>(n), 4.0f);
+    if (n > 3) x[2] = -std::numeric_limits<float>::infinity();  // a masked key: exactly 0
+    std::vector<float> y(x.size() + 8, 5.0f), want(x.size());
+    float max = -std::numeric_limits<float>::infinity();
+    for (float v : x) max = std::max(max, v);
+    CHECK(avx512::softmax_row(x.data(), y.data(), n) == max);
+    // The portable loop: the same exponentials; sums in another order.
+    double sum = 0;
+    for (std::int64_t i = 0; i < n; ++i) sum += math::exp_nonpositive(x[i] - max);
+    for (std::int64_t i = 0; i < n; ++i) {
+      CHECK(y[i] == doctest::Approx(math::exp_nonpositive(x[i] - max) / sum).epsilon(1e-6));
+    }
+    if (n > 3) CHECK(y[2] == 0.0f);
+    for (std::size_t i = x.size(); i < y.size(); ++i) CHECK(y[i] == 5.0f);
+    // With the maximum given, the same bits; in place, too.
+    std::vector<float> again(x);
+    avx512::softmax_row(again.data(), again.data(), n, &max);
+    for (std::int64_t i = 0; i < n; ++i)
+      CHECK(std::bit_cast<std::uint32_t>(again[i]) == std::bit_cast<std::uint32_t>(y[i]));
+  }
+  // A row of -inf only: NaN throughout, as the portable loop gives.
+  std::vector<float> all_masked(20, -std::numeric_limits<float>::infinity()), out(20);
+  avx512::softmax_row(all_masked.data(), out.data(), 20);
+  for (float v : out) CHECK(std::isnan(v));
+}
+
+TEST_CASE("avx512: the head-width product C = alpha A B^T against a float64 loop") {
+  if (skip()) return;
+  std::uint32_t seed = 1;
+  for (std::int64_t m : {1, 5, 6, 7, 13, 24, 25}) {
+    for (std::int64_t n : {1, 15, 63, 64, 65, 130}) {
+      for (std::int64_t k : {0, 1, 9, 64}) {
+        CAPTURE(m);
+        CAPTURE(n);
+        CAPTURE(k);
+        // Strided rows: lda, ldb and ldc wider than the rows.
+        const std::int64_t lda = k + 3, ldb = k + 5, ldc = n + 7;
+        const std::vector<float> a = random_floats(static_cast<std::size_t>(m * lda), ++seed);
+        const std::vector<float> b = random_floats(static_cast<std::size_t>(n * ldb), ++seed);
+        std::vector<float> packed(static_cast<std::size_t>(avx512::packed_nt_size(n, k)));
+        avx512::pack_nt(b.data(), ldb, n, k, packed.data());
+        const float sentinel = 42.0f;
+        std::vector<float> c(static_cast<std::size_t>(m * ldc), sentinel);
+        std::vector<float> row_max(static_cast<std::size_t>(m), sentinel);
+        const float alpha = 0.375f;
+        avx512::gemm_nt(m, n, k, alpha, a.data(), lda, packed.data(), c.data(), ldc,
+                        row_max.data());
+        double worst = 0;
+        for (std::int64_t i = 0; i < m; ++i) {
+          float max = -std::numeric_limits<float>::infinity();
+          for (std::int64_t j = 0; j < n; ++j) {
+            double want = 0, size = 0;
+            for (std::int64_t kk = 0; kk < k; ++kk) {
+              want += double(a[i * lda + kk]) * b[j * ldb + kk];
+              size += std::abs(double(a[i * lda + kk]) * b[j * ldb + kk]);
+            }
+            const float got = c[i * ldc + j];
+            worst = std::max(worst, std::abs(got - alpha * want) / (alpha * size + 1e-30));
+            max = std::max(max, got);
+          }
+          CHECK(row_max[i] == max);
+          for (std::int64_t j = n; j < ldc; ++j) CHECK(c[i * ldc + j] == sentinel);
+        }
+        CHECK(worst < 1e-6);
+        // The prefetch changes nothing; neither does asking for no row maxima.
+        std::vector<float> again(c.size(), sentinel);
+        avx512::gemm_nt(m, n, k, alpha, a.data(), lda, packed.data(), again.data(), ldc, nullptr,
+                        b.data(), static_cast<std::int64_t>(b.size() * sizeof(float)));
+        CHECK(again == c);
+      }
+    }
+  }
+}
+
+TEST_CASE("avx512: the product's row maxima leave NaNs out, as the portable row_max does") {
+  if (skip()) return;
+  const std::int64_t m = 6, n = 64, k = 4;
+  std::vector<float> a = random_floats(static_cast<std::size_t>(m * k), 3);
+  const std::vector<float> b = random_floats(static_cast<std::size_t>(n * k), 4);
+  a[0] = std::numeric_limits<float>::quiet_NaN();  // row 0 is NaN throughout
+  std::vector<float> packed(static_cast<std::size_t>(avx512::packed_nt_size(n, k)));
+  avx512::pack_nt(b.data(), k, n, k, packed.data());
+  std::vector<float> c(static_cast<std::size_t>(m * n)), row_max(static_cast<std::size_t>(m));
+  avx512::gemm_nt(m, n, k, 1.0f, a.data(), k, packed.data(), c.data(), n, row_max.data());
+  for (std::int64_t i = 0; i < m; ++i) CHECK(row_max[i] == cpu::row_max(c.data() + i * n, n));
+  CHECK(row_max[0] == -std::numeric_limits<float>::infinity());
+}
+
+}  // namespace
