@@ -21,6 +21,11 @@
 // products and softmax run over those, its probabilities (and dS) are 0 after them, and the key
 // gradients of a block of key columns sum over the queries that may attend to them.
 //
+// On a CPU with AVX-512, float32, the head-width products scale q k^T and grad v^T run on the
+// kernel of avx512.h, a group of 24 rows at a time: softmax (forward) or dS (backward) follows
+// each group while its rows are in L2, softmax takes the rows' maxima from the product, and the
+// backward's product prefetches the next group's probabilities (from 1024 keys on).
+//
 // Every GEMM runs on one thread (oneDNN's sgemm for float32, OpenBLAS's dgemm for float64) with
 // the items spread over the OpenMP team: each output element is computed by one call whose
 // shape does not depend on the thread count, so the results are the same bits on any number of

@@ -9,11 +9,13 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#include <immintrin.h>
-
 #include <dnnl.hpp>
 
 #include "core/math.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
 
 #define TF_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma")))
 
@@ -120,7 +122,8 @@ TF_AVX512 __attribute__((noinline)) void tile_6x64(std::int64_t k, const float* 
   __m512 c##r##2 = _mm512_setzero_ps(); \
   __m512 c##r##3 = _mm512_setzero_ps();
   TF_ROW_ZERO(0)
-  TF_ROW_ZERO(1) TF_ROW_ZERO(2) TF_ROW_ZERO(3) TF_ROW_ZERO(4) TF_ROW_ZERO(5)
+  TF_ROW_ZERO(1)
+  TF_ROW_ZERO(2) TF_ROW_ZERO(3) TF_ROW_ZERO(4) TF_ROW_ZERO(5)
 #undef TF_ROW_ZERO
       for (std::int64_t kk = 0; kk < k; ++kk) {
     const float* b = panel + kk * kPanel;
@@ -288,3 +291,25 @@ TF_AVX512 void gemm_nt(std::int64_t m, std::int64_t n, std::int64_t k, float alp
 }
 
 }  // namespace tinyformer::cpu::avx512
+
+#else  // not x86-64: available() is false, and nothing calls the kernels
+
+namespace tinyformer::cpu::avx512 {
+
+bool available() {
+  return false;
+}
+void exp_nonpositive(const float*, float*, std::int64_t) {}
+float softmax_row(const float*, float*, std::int64_t, const float*) {
+  return 0.0f;
+}
+std::int64_t packed_nt_size(std::int64_t, std::int64_t) {
+  return 0;
+}
+void pack_nt(const float*, std::int64_t, std::int64_t, std::int64_t, float*) {}
+void gemm_nt(std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t,
+             const float*, float*, std::int64_t, float*, const void*, std::int64_t) {}
+
+}  // namespace tinyformer::cpu::avx512
+
+#endif

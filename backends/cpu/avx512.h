@@ -1,13 +1,13 @@
 // Kernels of the CPU backend written for AVX-512 (float32), chosen at run time: available() says
 // whether this CPU and OS run them, and every caller keeps a portable path for the rest. They are
 // compiled for AVX-512 whatever the build's target, so a build for a baseline x86-64 still has
-// them (docs/cpu_kernels.md).
+// them (docs/attention.md, "The fused kernels").
 //
 // - softmax rows: the exponential of core/math.h's exp_nonpositive, 16 lanes at a time, the same
-//   bits (tested over every float <= 0);
+//   bits (tested over every float <= 0); the sums in another order than the portable loop's;
 // - the head-width product of attention: C = alpha A B^T with A [m, k], B [n, k] and k small (the
 //   head width): scores = scale q k^T and the backward's dP = grad v^T. B is packed once per
-//   matrix into panels of 64 columns, and a register tile of 7 rows by 64 columns runs the sum
+//   matrix into panels of 64 columns, and a register tile of 6 rows by 64 columns runs the sum
 //   over k; the row maxima of C can come with it, saving softmax's first pass.
 #pragma once
 
