@@ -9,8 +9,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#include <dnnl.hpp>
-
+#include "backends/cpu/dnnl_context.h"
 #include "core/math.h"
 
 #if defined(__x86_64__)
@@ -123,7 +122,8 @@ TF_AVX512 __attribute__((noinline)) void tile_6x64(std::int64_t k, const float* 
   __m512 c##r##3 = _mm512_setzero_ps();
   TF_ROW_ZERO(0)
   TF_ROW_ZERO(1)
-  TF_ROW_ZERO(2) TF_ROW_ZERO(3) TF_ROW_ZERO(4) TF_ROW_ZERO(5)
+  TF_ROW_ZERO(2)
+  TF_ROW_ZERO(3) TF_ROW_ZERO(4) TF_ROW_ZERO(5)
 #undef TF_ROW_ZERO
       for (std::int64_t kk = 0; kk < k; ++kk) {
     const float* b = panel + kk * kPanel;
@@ -214,14 +214,9 @@ TF_AVX512 void rows_nt(std::int64_t rows, std::int64_t n, std::int64_t k, float 
 }  // namespace
 
 bool available() {
-  static const bool yes = [] {
-    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-    const bool dnnl_avx512 =
-        isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
-        isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
-    return dnnl_avx512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  }();
+  static const bool yes = dnnl_runs_avx512() && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   return yes;
 }
 

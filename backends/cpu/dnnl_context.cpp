@@ -214,4 +214,13 @@ void rethrow_dnnl(const dnnl::error& e, const char* op) {
   fail(op, ": oneDNN failed: ", e.what(), " (status ", static_cast<int>(e.status), ")");
 }
 
+bool dnnl_runs_avx512() {
+  static const bool yes = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
+           isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return yes;
+}
+
 }  // namespace tinyformer::cpu

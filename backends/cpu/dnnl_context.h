@@ -19,6 +19,10 @@ namespace tinyformer::cpu {
 dnnl::engine& dnnl_engine();
 dnnl::stream& dnnl_stream();
 
+// Whether oneDNN runs its AVX-512 kernels here (its effective ISA avx512_core or better): the CPU
+// and OS have them and DNNL_MAX_CPU_ISA does not cap them. Computed once.
+bool dnnl_runs_avx512();
+
 // oneDNN's element type for a tinyformer dtype; throws naming `op` for float64, int64 and bool,
 // which oneDNN has no kernels for (callers route those to their loop paths first).
 dnnl::memory::data_type dnnl_type(DType dtype, const char* op);

@@ -167,14 +167,7 @@ Tensor converted(const Tensor& t, DType dtype) {
 // oneDNN: where oneDNN runs below AVX-512, whose kernels read such an operand at half speed,
 // and OpenBLAS's are as wide. On AVX-512, oneDNN is ahead (docs/matmul.md).
 bool transposed_first_on_blas() {
-  static const bool blas = [] {
-    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-    const bool dnnl_avx512 =
-        isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
-        isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
-    return !dnnl_avx512;
-  }();
-  return blas;
+  return !dnnl_runs_avx512();
 }
 
 // float32 operands under MatmulPrecision::bf16 on a CPU with bfloat16 instructions: the operands
