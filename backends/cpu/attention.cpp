@@ -143,9 +143,6 @@ std::int64_t block_size(std::int64_t extent, std::int64_t batches) {
   return std::max<std::int64_t>(std::min(rows, extent), 1);
 }
 
-// The head-width products of AVX-512 (avx512.h), float32: b [m, d] of every matrix (offsets
-// `offsets`, row stride ldb) packed for avx512::gemm_nt, one matrix after another, `size` floats
-// each. Empty where those kernels do not run (other CPUs, float64).
 // Scratch comes from the tensor allocator, which keeps freed blocks for the next call: a
 // std::vector would fault in and zero its pages at every call.
 template <typename T>
@@ -154,6 +151,10 @@ Tensor scratch_tensor(std::int64_t elements) {
                {.dtype = std::is_same_v<T, float> ? DType::float32 : DType::float64});
 }
 
+// The operand b of the head-width products on AVX-512 (avx512.h), float32: b [m, d] of every
+// matrix (offsets `offsets`, row stride ldb) packed for avx512::gemm_nt, one matrix after
+// another, `size` floats each. Not packed (used() false) where those kernels do not run (other
+// CPUs, float64) or the caller does not want them.
 template <typename T>
 struct PackedOperand {
   Tensor data;

@@ -32,11 +32,12 @@ TF_AVX512 inline __mmask16 lanes(std::int64_t count) {
   return static_cast<__mmask16>((1u << count) - 1u);
 }
 
-// math::exp_poly_nonpositive on 16 lanes, the same operations in the same order (the compiler
-// contracts the scalar code's products and sums into the same fused multiply-adds): the bits of
-// the scalar function for every x <= 0 and NaN (tests/backends/test_cpu_dense.cpp checks all of
-// them). A NaN lane converts to the integer 0x80000000, which the shift by 23 turns into 0, so p,
-// NaN too, gets nothing added to its exponent.
+// math::exp_poly_nonpositive on 16 lanes, the same operations in the same order: the bits of the
+// scalar function for every x <= 0 and NaN where the compiler contracts its products and sums
+// into the same fused multiply-adds (GCC from -O2 on), within one ulp where it does not
+// (tests/backends/test_cpu_avx512.cpp checks all of them). A NaN lane converts to the integer
+// 0x80000000, which the shift by 23 turns into 0, so p, NaN too, gets nothing added to its
+// exponent.
 TF_AVX512 inline __m512 exp16(__m512 x) {
   const __m512 min = _mm512_set1_ps(math::kExpMin);
   const __m512 xc = _mm512_max_ps(min, x);  // NaN stays NaN: max returns its second operand
@@ -115,35 +116,40 @@ TF_AVX512 __attribute__((noinline)) void tile_6x64(std::int64_t k, const float* 
                                                    const float* panel, float alpha, float* out,
                                                    std::int64_t ldo, __m512* running_max) {
   const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
-#define TF_ROW_ZERO(r)                  \
-  __m512 c##r##0 = _mm512_setzero_ps(); \
-  __m512 c##r##1 = _mm512_setzero_ps(); \
-  __m512 c##r##2 = _mm512_setzero_ps(); \
-  __m512 c##r##3 = _mm512_setzero_ps();
-  TF_ROW_ZERO(0)
-  TF_ROW_ZERO(1)
-  TF_ROW_ZERO(2)
-  TF_ROW_ZERO(3) TF_ROW_ZERO(4) TF_ROW_ZERO(5)
+#define TF_ROW_ZERO(r)                                                 \
+  __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(), \
+         c##r##2 = _mm512_setzero_ps(), c##r##3 = _mm512_setzero_ps()
+  TF_ROW_ZERO(0);
+  TF_ROW_ZERO(1);
+  TF_ROW_ZERO(2);
+  TF_ROW_ZERO(3);
+  TF_ROW_ZERO(4);
+  TF_ROW_ZERO(5);
 #undef TF_ROW_ZERO
-      for (std::int64_t kk = 0; kk < k; ++kk) {
+  for (std::int64_t kk = 0; kk < k; ++kk) {
     const float* b = panel + kk * kPanel;
     const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16),
                  b2 = _mm512_loadu_ps(b + 32), b3 = _mm512_loadu_ps(b + 48);
 #define TF_ROW_FMA(r)                           \
-  {                                             \
+  do {                                          \
     const __m512 ar = _mm512_set1_ps(a##r[kk]); \
     c##r##0 = _mm512_fmadd_ps(ar, b0, c##r##0); \
     c##r##1 = _mm512_fmadd_ps(ar, b1, c##r##1); \
     c##r##2 = _mm512_fmadd_ps(ar, b2, c##r##2); \
     c##r##3 = _mm512_fmadd_ps(ar, b3, c##r##3); \
-  }
-    TF_ROW_FMA(0) TF_ROW_FMA(1) TF_ROW_FMA(2) TF_ROW_FMA(3) TF_ROW_FMA(4) TF_ROW_FMA(5)
+  } while (false)
+    TF_ROW_FMA(0);
+    TF_ROW_FMA(1);
+    TF_ROW_FMA(2);
+    TF_ROW_FMA(3);
+    TF_ROW_FMA(4);
+    TF_ROW_FMA(5);
 #undef TF_ROW_FMA
   }
   const __m512 scale = _mm512_set1_ps(alpha);
   // With kMax, running_max[r] = max(o, running_max[r]) lane-wise: a NaN o keeps the running max.
 #define TF_ROW_STORE(r)                                                                  \
-  {                                                                                      \
+  do {                                                                                   \
     const __m512 o0 = _mm512_mul_ps(c##r##0, scale), o1 = _mm512_mul_ps(c##r##1, scale), \
                  o2 = _mm512_mul_ps(c##r##2, scale), o3 = _mm512_mul_ps(c##r##3, scale); \
     _mm512_storeu_ps(out + r * ldo, o0);                                                 \
@@ -155,8 +161,13 @@ TF_AVX512 __attribute__((noinline)) void tile_6x64(std::int64_t k, const float* 
       running_max[r] = _mm512_max_ps(_mm512_max_ps(o0, _mm512_max_ps(o1, m)),            \
                                      _mm512_max_ps(o2, _mm512_max_ps(o3, m)));           \
     }                                                                                    \
-  }
-  TF_ROW_STORE(0) TF_ROW_STORE(1) TF_ROW_STORE(2) TF_ROW_STORE(3) TF_ROW_STORE(4) TF_ROW_STORE(5)
+  } while (false)
+  TF_ROW_STORE(0);
+  TF_ROW_STORE(1);
+  TF_ROW_STORE(2);
+  TF_ROW_STORE(3);
+  TF_ROW_STORE(4);
+  TF_ROW_STORE(5);
 #undef TF_ROW_STORE
 }
 
