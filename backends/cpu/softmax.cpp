@@ -86,8 +86,9 @@ void store(D* p, V v) {
   }
 }
 
-// The float32 forward with its result rounded to bfloat16: the exponentials of a row go to a
-// float32 scratch row, so the rounding sees the same float32 value the float32 loop writes.
+// The float32 forward with its result rounded to bfloat16: softmax's row (softmax_row, on
+// AVX-512 where the CPU has it) goes to a float32 scratch row and is rounded from there, so the
+// rounding sees the float32 probabilities of softmax_row; log-softmax rounds x - (max + log sum).
 // x: [R, C] float32, y: [R, C] bfloat16
 void softmax_rows_to_bfloat16(const float* x, bfloat16* y, std::int64_t rows, std::int64_t cols,
                               bool log) {
@@ -99,22 +100,19 @@ void softmax_rows_to_bfloat16(const float* x, bfloat16* y, std::int64_t rows, st
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* xr = x + r * cols;
       bfloat16* yr = y + r * cols;
+      if (!log) {
+        softmax_row(xr, e, cols);
+#pragma omp simd
+        for (std::int64_t i = 0; i < cols; ++i) store(yr + i, e[i]);
+        continue;
+      }
       const float m = row_max(xr, cols);
       float sum = 0;
 #pragma omp simd reduction(+ : sum)
-      for (std::int64_t i = 0; i < cols; ++i) {
-        e[i] = math::exp(xr[i] - m);
-        sum += e[i];
-      }
-      if (log) {
-        const float shift = m + math::log(sum);
+      for (std::int64_t i = 0; i < cols; ++i) sum += math::exp(xr[i] - m);
+      const float shift = m + math::log(sum);
 #pragma omp simd
-        for (std::int64_t i = 0; i < cols; ++i) store(yr + i, xr[i] - shift);
-      } else {
-        const float inv = 1.0f / sum;
-#pragma omp simd
-        for (std::int64_t i = 0; i < cols; ++i) store(yr + i, e[i] * inv);
-      }
+      for (std::int64_t i = 0; i < cols; ++i) store(yr + i, xr[i] - shift);
     }
   }
 }
