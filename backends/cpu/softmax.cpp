@@ -19,7 +19,10 @@
 // into a bfloat16 out, and the backward may read a bfloat16 y and write a bfloat16 out; both
 // compute in float32. Measured on 2 threads (Zen 4, AVX-512), [16384, 1024]: oneDNN's float32
 // forward and a rounding pass 7.7 + 1.9 ms, the bfloat16-writing loop 5.7 ms; backward float32
-// 5.5 ms, with bfloat16 y and out 2.6 ms.
+// 5.5 ms, with bfloat16 y and out 2.6 ms. The bfloat16-writing forward computes each row with
+// softmax_row (AVX-512's exponential where the CPU has it) into a float32 row in L1 and rounds
+// from there: on Zen 5, [4096, 256] (bfloat16 attention at n = 256) 0.27 -> 0.16 ms against the
+// loop with math::exp.
 #include <omp.h>
 
 #include <algorithm>
