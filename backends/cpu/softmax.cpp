@@ -12,8 +12,9 @@
 //   [64, 10]      backward  1.5 us    5.6 us
 // oneDNN 2.6's softmax backward on AVX2 is its reference kernel; the loop is memory-bound. The
 // forward loop is close to oneDNN's but not as fast (its reductions wait on one accumulator), so
-// it serves float64 only, and mixed precision's float32 -> bfloat16 forward, where writing the
-// rounded result in the same pass saves a float32 write and a rounding pass over it.
+// it serves float64 only. Mixed precision's float32 -> bfloat16 forward has a loop of its own
+// (softmax_rows_to_bfloat16): each row's float32 result stays in L1 and is rounded there, which
+// saves writing the float32 tensor and a rounding pass over it.
 //
 // Mixed precision (fused attention under autocast): the forward may round its float32 result
 // into a bfloat16 out, and the backward may read a bfloat16 y and write a bfloat16 out; both
