@@ -23,8 +23,10 @@
 //
 // On a CPU with AVX-512, float32, the head-width products scale q k^T and grad v^T run on the
 // kernel of avx512.h, a group of 24 rows at a time: softmax (forward) or dS (backward) follows
-// each group while its rows are in L2, softmax takes the rows' maxima from the product, and the
-// backward's product prefetches the next group's probabilities (from 1024 keys on).
+// each group while its rows are in L2, and softmax takes the rows' maxima from the product. From
+// 1024 keys on, the group's product over the keys (out = P v forward, grad_query = dS k backward)
+// follows too, on avx512::gemm_nn, reading the group's rows from L2 instead of the block's from
+// L3, and the backward's dP prefetches the next group's probabilities.
 //
 // Every GEMM runs on one thread (oneDNN's sgemm for float32, OpenBLAS's dgemm for float64) with
 // the items spread over the OpenMP team: each output element is computed by one call whose
@@ -151,10 +153,13 @@ Tensor scratch_tensor(std::int64_t elements) {
                {.dtype = std::is_same_v<T, float> ? DType::float32 : DType::float64});
 }
 
-// The operand b of the head-width products on AVX-512 (avx512.h), float32: b [m, d] of every
-// matrix (offsets `offsets`, row stride ldb) packed for avx512::gemm_nt, one matrix after
-// another, `size` floats each. Not packed (used() false) where those kernels do not run (other
-// CPUs, float64) or the caller does not want them.
+// An operand of the AVX-512 products (avx512.h), float32, packed once per call for every matrix
+// (offsets `offsets`, row stride ld), one matrix after another, `size` floats each: with
+// Layout::nt, b [m, d] for avx512::gemm_nt (the head-width products: scores, dP); with
+// Layout::nn, b [m, d] for avx512::gemm_nn (the products over the keys: out = P v, grad_query =
+// dS k). Not packed (used() false) where those kernels do not run (other CPUs, float64) or the
+// caller does not want them.
+enum class Layout { nt, nn };
 template <typename T>
 struct PackedOperand {
   Tensor data;
@@ -162,17 +167,22 @@ struct PackedOperand {
   bool packed = false;
 
   // wanted: whether the caller would use the kernel where it runs.
-  PackedOperand(const T* b, const std::vector<std::int64_t>& offsets, std::int64_t ldb,
-                const AttentionShape& s, std::int64_t d, int threads, bool wanted = true) {
+  PackedOperand(Layout layout, const T* b, const std::vector<std::int64_t>& offsets,
+                std::int64_t ld, const AttentionShape& s, std::int64_t d, int threads,
+                bool wanted = true) {
     if constexpr (std::is_same_v<T, float>) {
       if (!wanted || !avx512::available()) return;
       packed = true;
-      size = avx512::packed_nt_size(s.m, d);
+      size = layout == Layout::nt ? avx512::packed_nt_size(s.m, d) : avx512::packed_nn_size(s.m, d);
       data = scratch_tensor<float>(size * s.batches);
       float* out = data.data<float>();
       for_items(s.batches, threads, [&](std::int64_t item) {
-        avx512::pack_nt(b + offsets[static_cast<std::size_t>(item)], ldb, s.m, d,
-                        out + item * size);
+        const float* matrix = b + offsets[static_cast<std::size_t>(item)];
+        if (layout == Layout::nt) {
+          avx512::pack_nt(matrix, ld, s.m, d, out + item * size);
+        } else {
+          avx512::pack_nn(matrix, ld, s.m, d, out + item * size);
+        }
       });
     }
   }
@@ -185,6 +195,15 @@ struct PackedOperand {
 // Rows per group of the AVX-512 path: a group's scores (24 rows: 384 KiB at m = 4096) are still
 // in L2 when its softmax (forward) or dS (backward) runs right after its product.
 constexpr std::int64_t kGroupRows = 24;
+
+// From this many keys on, the AVX-512 path also runs the products over the keys (out = P v,
+// grad_query = dS k) a group at a time, on avx512::gemm_nn while the group is in L2, and the
+// backward's dP on avx512::gemm_nt, prefetching the next group's probabilities. Below, the
+// probabilities of all matrices fit the caches and oneDNN's sgemm over a block of rows was as
+// fast or faster (measured, Zen 5, [4, 4, n, 64] heads, alternating calls: n = 256 forward 12%
+// slower through gemm_nn, n = 512 1-2%, n = 1024 and 2048 within the spread; n = 4096 forward
+// 3-5% and backward 1-4% faster).
+constexpr std::int64_t kMinKeysGrouped = 1024;
 
 // Row i of the scaled scores, in place: -inf where excluded (attention_excluded), then softmax.
 // Only the first `valid` of the m scores were computed: the rest are keys the causal rule
@@ -236,7 +255,9 @@ void attention_forward(const Tensor& query, const Tensor& key, const Tensor& val
   const std::int64_t rows = block_size(s.n, s.batches);
   const std::int64_t blocks = (s.n + rows - 1) / rows;
   GemmStatus status;
-  const PackedOperand<T> packed_key(k, ko, ldk, s, s.d, threads);
+  const PackedOperand<T> packed_key(Layout::nt, k, ko, ldk, s, s.d, threads);
+  const PackedOperand<T> packed_value(Layout::nn, v, vo, ldv, s, s.dv, threads,
+                                      packed_key.used() && s.m >= kMinKeysGrouped);
   // Without a mask or the causal rule, softmax takes each row's maximum from the product.
   const bool max_from_product = !masked && !causal;
   std::vector<float> row_max(
@@ -268,6 +289,10 @@ void attention_forward(const Tensor& query, const Tensor& key, const Tensor& val
           avx512::gemm_nt(g, keys, s.d, static_cast<float>(scale), q + qo[b] + (r0 + i0) * ldq, ldq,
                           packed_key.matrix(b), block + i0 * s.m, s.m, max);
           softmax_rows(i0, i0 + g, max);
+          if (packed_value.used()) {
+            avx512::gemm_nn(g, s.dv, keys, block + i0 * s.m, s.m, packed_value.matrix(b),
+                            o + oo[b] + (r0 + i0) * ldo, ldo);
+          }
         }
       }
     }
@@ -276,8 +301,10 @@ void attention_forward(const Tensor& query, const Tensor& key, const Tensor& val
            ldk, T(0), block, s.m, status);
       softmax_rows(0, r, nullptr);
     }
-    gemm(false, false, r, s.dv, keys, T(1), block, s.m, v + vo[b], ldv, T(0), o + oo[b] + r0 * ldo,
-         ldo, status);
+    if (!packed_value.used()) {
+      gemm(false, false, r, s.dv, keys, T(1), block, s.m, v + vo[b], ldv, T(0),
+           o + oo[b] + r0 * ldo, ldo, status);
+    }
   });
   status.check(op);
 }
@@ -311,11 +338,12 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
 
   // Rows [r0, r0 + r) of matrix b: dS into `block` ([r, m]; 0 past the keys the rows may
   // attend to, where P is 0) and grad_query.
-  // dP by the AVX-512 kernel from rows of 1024 keys on, where the probabilities of all matrices
-  // outgrow the caches and prefetching them pays; below, oneDNN's sgemm was as fast (measured,
-  // Zen 5: n = 512 backward 1-2% slower through the kernel, n = 4096 5% faster).
-  constexpr std::int64_t kMinKeysPrefetched = 1024;
-  const PackedOperand<T> packed_value(v, vo, ldv, s, s.dv, threads, s.m >= kMinKeysPrefetched);
+  // dP and grad_query by the AVX-512 kernels from rows of kMinKeysGrouped keys on, where the
+  // probabilities of all matrices outgrow the caches and prefetching them pays (measured, Zen 5:
+  // dP through the kernel at n = 512 1-2% slower, at n = 4096 5% faster).
+  const PackedOperand<T> packed_value(Layout::nt, v, vo, ldv, s, s.dv, threads,
+                                      s.m >= kMinKeysGrouped);
+  const PackedOperand<T> packed_key(Layout::nn, k, ko, ldk, s, s.d, threads, packed_value.used());
   const auto ds_rows = [&](std::size_t b, std::int64_t r0, std::int64_t r, T* block) {
     const T* pb = p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m;
     const std::int64_t keys = causal_keys(causal, r0, r, s.m);
@@ -343,6 +371,10 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
                           pb + (i0 + rows_now) * s.m,
                           static_cast<std::int64_t>(sizeof(float)) * next * s.m);
           ds_pass(i0, i0 + rows_now);
+          if (packed_key.used()) {
+            avx512::gemm_nn(rows_now, s.d, keys, block + i0 * s.m, s.m, packed_key.matrix(b),
+                            gq + gqo[b] + (r0 + i0) * ldgq, ldgq);
+          }
         }
       }
     }
@@ -351,8 +383,10 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
            s.m, status);
       ds_pass(0, r);
     }
-    gemm(false, false, r, s.d, keys, T(1), block, s.m, k + ko[b], ldk, T(0),
-         gq + gqo[b] + r0 * ldgq, ldgq, status);
+    if (!packed_key.used()) {
+      gemm(false, false, r, s.d, keys, T(1), block, s.m, k + ko[b], ldk, T(0),
+           gq + gqo[b] + r0 * ldgq, ldgq, status);
+    }
   };
 
   if (s.batches >= kMinItems) {

@@ -222,6 +222,70 @@ TF_AVX512 void rows_nt(std::int64_t rows, std::int64_t n, std::int64_t k, float 
   }
 }
 
+// The register tile of gemm_nn: out[r][cols] (+)= sum over kk < k of a[r][offset + kk] times
+// panel[kk][0:64], for the 6 rows at a[r] and out[r] (pointers, so that a short tile repeats a
+// row: the repeated row computes and stores the same values). The columns past the matrix's end
+// are masked off (mask[v] for the v-th vector of 16). Starts from zero, or from out with
+// kAccumulate: one fused multiply-add chain per element across the calls over consecutive kk.
+template <bool kAccumulate>
+TF_AVX512 __attribute__((noinline)) void tile_nn_6x64(std::int64_t k, const float* const* a,
+                                                      std::int64_t offset, const float* panel,
+                                                      float* const* out, const __mmask16* mask) {
+  const float *a0 = a[0] + offset, *a1 = a[1] + offset, *a2 = a[2] + offset, *a3 = a[3] + offset,
+              *a4 = a[4] + offset, *a5 = a[5] + offset;
+  const __mmask16 m0 = mask[0], m1 = mask[1], m2 = mask[2], m3 = mask[3];
+#define TF_ROW_INIT(r)                                                                         \
+  __m512 c##r##0 = kAccumulate ? _mm512_maskz_loadu_ps(m0, out[r]) : _mm512_setzero_ps(),      \
+         c##r##1 = kAccumulate ? _mm512_maskz_loadu_ps(m1, out[r] + 16) : _mm512_setzero_ps(), \
+         c##r##2 = kAccumulate ? _mm512_maskz_loadu_ps(m2, out[r] + 32) : _mm512_setzero_ps(), \
+         c##r##3 = kAccumulate ? _mm512_maskz_loadu_ps(m3, out[r] + 48) : _mm512_setzero_ps()
+  TF_ROW_INIT(0);
+  TF_ROW_INIT(1);
+  TF_ROW_INIT(2);
+  TF_ROW_INIT(3);
+  TF_ROW_INIT(4);
+  TF_ROW_INIT(5);
+#undef TF_ROW_INIT
+  for (std::int64_t kk = 0; kk < k; ++kk) {
+    const float* b = panel + kk * kPanel;
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16),
+                 b2 = _mm512_loadu_ps(b + 32), b3 = _mm512_loadu_ps(b + 48);
+#define TF_ROW_FMA(r)                           \
+  do {                                          \
+    const __m512 ar = _mm512_set1_ps(a##r[kk]); \
+    c##r##0 = _mm512_fmadd_ps(ar, b0, c##r##0); \
+    c##r##1 = _mm512_fmadd_ps(ar, b1, c##r##1); \
+    c##r##2 = _mm512_fmadd_ps(ar, b2, c##r##2); \
+    c##r##3 = _mm512_fmadd_ps(ar, b3, c##r##3); \
+  } while (false)
+    TF_ROW_FMA(0);
+    TF_ROW_FMA(1);
+    TF_ROW_FMA(2);
+    TF_ROW_FMA(3);
+    TF_ROW_FMA(4);
+    TF_ROW_FMA(5);
+#undef TF_ROW_FMA
+  }
+#define TF_ROW_STORE(r)                              \
+  do {                                               \
+    _mm512_mask_storeu_ps(out[r], m0, c##r##0);      \
+    _mm512_mask_storeu_ps(out[r] + 16, m1, c##r##1); \
+    _mm512_mask_storeu_ps(out[r] + 32, m2, c##r##2); \
+    _mm512_mask_storeu_ps(out[r] + 48, m3, c##r##3); \
+  } while (false)
+  TF_ROW_STORE(0);
+  TF_ROW_STORE(1);
+  TF_ROW_STORE(2);
+  TF_ROW_STORE(3);
+  TF_ROW_STORE(4);
+  TF_ROW_STORE(5);
+#undef TF_ROW_STORE
+}
+
+// Sums of gemm_nn per pass over the rows: a chunk of kNnChunk rows of a packed panel (32 KiB)
+// stays in L1 while every register tile of the rows reads it.
+constexpr std::int64_t kNnChunk = 128;
+
 }  // namespace
 
 bool available() {
@@ -296,6 +360,61 @@ TF_AVX512 void gemm_nt(std::int64_t m, std::int64_t n, std::int64_t k, float alp
   }
 }
 
+std::int64_t packed_nn_size(std::int64_t k, std::int64_t n) {
+  return (n + kPanel - 1) / kPanel * kPanel * k;
+}
+
+TF_AVX512 void pack_nn(const float* b, std::int64_t ldb, std::int64_t k, std::int64_t n,
+                       float* packed) {
+  for (std::int64_t j0 = 0; j0 < n; j0 += kPanel) {
+    float* panel = packed + j0 * k;
+    const __mmask16 mask[4] = {lanes(n - j0), lanes(n - j0 - 16), lanes(n - j0 - 32),
+                               lanes(n - j0 - 48)};
+    for (std::int64_t kk = 0; kk < k; ++kk) {
+      const float* row = b + kk * ldb + j0;
+      for (std::int64_t v = 0; v < 4; ++v) {
+        _mm512_storeu_ps(panel + kk * kPanel + 16 * v,
+                         _mm512_maskz_loadu_ps(mask[v], row + 16 * v));
+      }
+    }
+  }
+}
+
+TF_AVX512 void gemm_nn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+                       std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc,
+                       bool accumulate) {
+  if (k == 0) {
+    if (accumulate) return;
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = 0.0f;
+    }
+    return;
+  }
+  for (std::int64_t kk0 = 0; kk0 < k; kk0 += kNnChunk) {
+    const std::int64_t chunk = k - kk0 < kNnChunk ? k - kk0 : kNnChunk;
+    for (std::int64_t i = 0; i < m; i += kTileRows) {
+      const std::int64_t rows = m - i < kTileRows ? m - i : kTileRows;
+      const float* a_rows[kTileRows];
+      float* out_rows[kTileRows];
+      for (std::int64_t j0 = 0; j0 < n; j0 += kPanel) {
+        for (std::int64_t r = 0; r < kTileRows; ++r) {
+          const std::int64_t row = i + (r < rows ? r : rows - 1);
+          a_rows[r] = a + row * lda;
+          out_rows[r] = c + row * ldc + j0;
+        }
+        const __mmask16 mask[4] = {lanes(n - j0), lanes(n - j0 - 16), lanes(n - j0 - 32),
+                                   lanes(n - j0 - 48)};
+        const float* panel = packed_b + j0 * k + kk0 * kPanel;
+        if (kk0 == 0 && !accumulate) {
+          tile_nn_6x64<false>(chunk, a_rows, kk0, panel, out_rows, mask);
+        } else {
+          tile_nn_6x64<true>(chunk, a_rows, kk0, panel, out_rows, mask);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace tinyformer::cpu::avx512
 
 #else  // not x86-64: available() is false, and nothing calls the kernels
@@ -315,6 +434,12 @@ std::int64_t packed_nt_size(std::int64_t, std::int64_t) {
 void pack_nt(const float*, std::int64_t, std::int64_t, std::int64_t, float*) {}
 void gemm_nt(std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t,
              const float*, float*, std::int64_t, float*, const void*, std::int64_t) {}
+std::int64_t packed_nn_size(std::int64_t, std::int64_t) {
+  return 0;
+}
+void pack_nn(const float*, std::int64_t, std::int64_t, std::int64_t, float*) {}
+void gemm_nn(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, const float*,
+             float*, std::int64_t, bool) {}
 
 }  // namespace tinyformer::cpu::avx512
 

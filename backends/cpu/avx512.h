@@ -8,7 +8,11 @@
 // - the head-width product of attention: C = alpha A B^T with A [m, k], B [n, k] and k small (the
 //   head width): scores = scale q k^T and the backward's dP = grad v^T. B is packed once per
 //   matrix into panels of 64 columns, and a register tile of 6 rows by 64 columns runs the sum
-//   over k; the row maxima of C can come with it, saving softmax's first pass.
+//   over k; the row maxima of C can come with it, saving softmax's first pass;
+// - the product over the keys: C (+)= A B with B [k, n] and n small (the head width): out = P v
+//   and the backward's grad_query = dS k for a group of rows still in L2. B is packed once per
+//   matrix into panels of 64 columns, and the same register tile shape runs the sum over k in
+//   chunks that stay in L1.
 #pragma once
 
 #include <cstdint>
@@ -44,5 +48,19 @@ void pack_nt(const float* b, std::int64_t ldb, std::int64_t n, std::int64_t k, f
 void gemm_nt(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
              std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc, float* row_max,
              const void* prefetch = nullptr, std::int64_t prefetch_bytes = 0);
+
+// Floats that pack_nn needs for B [k, n]: k times n rounded up to 64.
+std::int64_t packed_nn_size(std::int64_t k, std::int64_t n);
+
+// Packs B [k, n] (row stride ldb) for gemm_nn: panels of 64 columns of B, each as k rows of 64,
+// the last panel padded with zeros.
+void pack_nn(const float* b, std::int64_t ldb, std::int64_t k, std::int64_t n, float* packed);
+
+// C [m, n] (row stride ldc) = A B, A [m, k] (row stride lda), B packed by pack_nn: the products
+// whose sum runs over the keys (out = P v, grad_query = dS k) for a group of rows that is still
+// in L2. Each element is one fused multiply-add chain over k in order, whatever rows a caller
+// splits the work into.
+void gemm_nn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
+             const float* packed_b, float* c, std::int64_t ldc, bool accumulate = false);
 
 }  // namespace tinyformer::cpu::avx512
