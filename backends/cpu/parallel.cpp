@@ -69,16 +69,20 @@ long double spin_count_from_environment() {
 // times the library's default (omp_wait_policy.cpp).
 constexpr long double kBriefSpinLimit = 10000;
 
-// Whether libgomp's idle threads go to sleep at once or after a brief spin (the library's
-// default, GOMP_SPINCOUNT up to kBriefSpinLimit, or OMP_WAIT_POLICY=passive), so that a pass
-// after a stretch of work on the calling thread alone finds them asleep. Without either variable
-// (libgomp's default, milliseconds) and with OMP_WAIT_POLICY=active they keep spinning.
-bool threads_sleep_soon() {
-  if (tinyformer_omp_wait_policy_set_by_library() != 0) return true;
+// How libgomp's idle threads wait after a parallel region.
+enum class Waiting {
+  sleep,         // at once: OMP_WAIT_POLICY=passive, or GOMP_SPINCOUNT=0
+  brief_spin,    // a spin of up to kBriefSpinLimit pauses, then sleep (the library's default)
+  keep_spinning  // OMP_WAIT_POLICY=active, a longer spin, or libgomp's default of milliseconds
+};
+
+Waiting idle_threads() {
+  if (tinyformer_omp_wait_policy_set_by_library() != 0) return Waiting::brief_spin;
   const long double spin = spin_count_from_environment();
-  if (spin >= 0) return spin <= kBriefSpinLimit;
+  if (spin == 0) return Waiting::sleep;
+  if (spin > 0) return spin <= kBriefSpinLimit ? Waiting::brief_spin : Waiting::keep_spinning;
   const char* policy = std::getenv("OMP_WAIT_POLICY");
-  return policy != nullptr && lower(policy) == "passive";
+  return policy != nullptr && lower(policy) == "passive" ? Waiting::sleep : Waiting::keep_spinning;
 }
 
 struct Configured {
@@ -94,7 +98,14 @@ Configured configure() {
              "TINYFORMER_PARALLEL_GRAIN: expected a positive number of elements, got '", env, "'");
     return {value, "TINYFORMER_PARALLEL_GRAIN"};
   }
-  if (threads_sleep_soon()) return {kPassiveGrain, "idle threads sleep soon"};
+  switch (idle_threads()) {
+    case Waiting::sleep:
+      return {kPassiveGrain, "idle threads sleep at once"};
+    case Waiting::brief_spin:
+      return {kBriefSpinGrain, "idle threads spin briefly"};
+    case Waiting::keep_spinning:
+      break;
+  }
   return {kMinParallelGrain, "idle threads spin"};
 }
 

@@ -12,11 +12,13 @@
 // The grain is fixed for the process, not measured at run time: the wake-up varies several-fold
 // from one moment to the next (with what else runs, and whether a worker has gone to sleep yet),
 // and a measured grain would move with it. It is kPassiveGrain elements when idle threads sleep
-// at once or after a brief spin (the default, OMP_WAIT_POLICY=passive, GOMP_SPINCOUNT up to
-// 10000) and kMinParallelGrain when they keep spinning (OMP_WAIT_POLICY=active, a longer
-// GOMP_SPINCOUNT, or libgomp's own default where the library did not set one), where waking
-// costs about a microsecond; TINYFORMER_PARALLEL_GRAIN=<elements> sets it. A kernel whose
-// elements each cost `cost` streaming elements (a read and a write of a float) passes that cost.
+// at once (OMP_WAIT_POLICY=passive, GOMP_SPINCOUNT=0), kBriefSpinGrain when they spin briefly
+// first (the library's default GOMP_SPINCOUNT=1000, any count up to 10000: inside a layer the
+// next op usually finds them still awake), and kMinParallelGrain when they keep spinning
+// (OMP_WAIT_POLICY=active, a longer GOMP_SPINCOUNT, or libgomp's own default where the library
+// did not set one), where waking costs about a microsecond; TINYFORMER_PARALLEL_GRAIN=<elements>
+// sets it. A kernel whose elements each cost `cost` streaming elements (a read and a write of a
+// float) passes that cost.
 //
 // The grain decides only how many threads run a loop, never what it computes: every loop that
 // uses it gives the same bits on any number of threads (reductions combine fixed blocks in a
@@ -29,6 +31,7 @@
 namespace tinyformer::cpu {
 
 inline constexpr std::int64_t kMinParallelGrain = std::int64_t{1} << 15;
+inline constexpr std::int64_t kBriefSpinGrain = std::int64_t{1} << 17;
 inline constexpr std::int64_t kPassiveGrain = std::int64_t{1} << 19;
 
 // Elements of a streaming pass below which a loop stays on the calling thread.

@@ -236,6 +236,7 @@ TEST_CASE("parallel grain: the environment sets it, a malformed value is an Erro
       CHECK(info.find("(TINYFORMER_PARALLEL_GRAIN)") != std::string::npos);
     }
   } else if (std::getenv("TINYFORMER_PARALLEL_GRAIN") == nullptr) {
-    CHECK((configured == grain::kPassiveGrain || configured == grain::kMinParallelGrain));
+    CHECK((configured == grain::kPassiveGrain || configured == grain::kBriefSpinGrain ||
+           configured == grain::kMinParallelGrain));
   }
 }
