@@ -107,6 +107,38 @@ TF_AVX512 void scale_row(float* y, std::int64_t n, float factor) {
   }
 }
 
+// M(r) for each row r of a register tile.
+#define TF_EACH_ROW(M) \
+  M(0);                \
+  M(1);                \
+  M(2);                \
+  M(3);                \
+  M(4);                \
+  M(5)
+
+// The sum of a register tile, written once for both tiles: for kk < k, the 64 columns of
+// panel row kk times a0[kk] .. a5[kk], into the accumulators c00 .. c53, in order over kk.
+#define TF_TILE_SUM(k)                                                       \
+  for (std::int64_t kk = 0; kk < (k); ++kk) {                                \
+    const float* b = panel + kk * kPanel;                                    \
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16),      \
+                 b2 = _mm512_loadu_ps(b + 32), b3 = _mm512_loadu_ps(b + 48); \
+    TF_ROW_FMA(0, kk);                                                       \
+    TF_ROW_FMA(1, kk);                                                       \
+    TF_ROW_FMA(2, kk);                                                       \
+    TF_ROW_FMA(3, kk);                                                       \
+    TF_ROW_FMA(4, kk);                                                       \
+    TF_ROW_FMA(5, kk);                                                       \
+  }
+#define TF_ROW_FMA(r, kk)                       \
+  do {                                          \
+    const __m512 ar = _mm512_set1_ps(a##r[kk]); \
+    c##r##0 = _mm512_fmadd_ps(ar, b0, c##r##0); \
+    c##r##1 = _mm512_fmadd_ps(ar, b1, c##r##1); \
+    c##r##2 = _mm512_fmadd_ps(ar, b2, c##r##2); \
+    c##r##3 = _mm512_fmadd_ps(ar, b3, c##r##3); \
+  } while (false)
+
 // The register tile: out[r, 0:64] = alpha sum_kk A[r, kk] panel[kk, 0:64] for the 6 rows at a[r]
 // (pointers, so that a short tile can repeat a row), each sum in order over kk. Not inlined, and
 // nothing else to hold, so that GCC keeps its 24 accumulators, 4 panel vectors and a broadcast in
@@ -119,33 +151,9 @@ TF_AVX512 __attribute__((noinline)) void tile_6x64(std::int64_t k, const float* 
 #define TF_ROW_ZERO(r)                                                 \
   __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(), \
          c##r##2 = _mm512_setzero_ps(), c##r##3 = _mm512_setzero_ps()
-  TF_ROW_ZERO(0);
-  TF_ROW_ZERO(1);
-  TF_ROW_ZERO(2);
-  TF_ROW_ZERO(3);
-  TF_ROW_ZERO(4);
-  TF_ROW_ZERO(5);
+  TF_EACH_ROW(TF_ROW_ZERO);
 #undef TF_ROW_ZERO
-  for (std::int64_t kk = 0; kk < k; ++kk) {
-    const float* b = panel + kk * kPanel;
-    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16),
-                 b2 = _mm512_loadu_ps(b + 32), b3 = _mm512_loadu_ps(b + 48);
-#define TF_ROW_FMA(r)                           \
-  do {                                          \
-    const __m512 ar = _mm512_set1_ps(a##r[kk]); \
-    c##r##0 = _mm512_fmadd_ps(ar, b0, c##r##0); \
-    c##r##1 = _mm512_fmadd_ps(ar, b1, c##r##1); \
-    c##r##2 = _mm512_fmadd_ps(ar, b2, c##r##2); \
-    c##r##3 = _mm512_fmadd_ps(ar, b3, c##r##3); \
-  } while (false)
-    TF_ROW_FMA(0);
-    TF_ROW_FMA(1);
-    TF_ROW_FMA(2);
-    TF_ROW_FMA(3);
-    TF_ROW_FMA(4);
-    TF_ROW_FMA(5);
-#undef TF_ROW_FMA
-  }
+  TF_TILE_SUM(k)
   const __m512 scale = _mm512_set1_ps(alpha);
   // With kMax, running_max[r] = max(o, running_max[r]) lane-wise: a NaN o keeps the running max.
 #define TF_ROW_STORE(r)                                                                  \
@@ -162,12 +170,7 @@ TF_AVX512 __attribute__((noinline)) void tile_6x64(std::int64_t k, const float* 
                                      _mm512_max_ps(o2, _mm512_max_ps(o3, m)));           \
     }                                                                                    \
   } while (false)
-  TF_ROW_STORE(0);
-  TF_ROW_STORE(1);
-  TF_ROW_STORE(2);
-  TF_ROW_STORE(3);
-  TF_ROW_STORE(4);
-  TF_ROW_STORE(5);
+  TF_EACH_ROW(TF_ROW_STORE);
 #undef TF_ROW_STORE
 }
 
@@ -239,33 +242,9 @@ TF_AVX512 __attribute__((noinline)) void tile_nn_6x64(std::int64_t k, const floa
          c##r##1 = kAccumulate ? _mm512_maskz_loadu_ps(m1, out[r] + 16) : _mm512_setzero_ps(), \
          c##r##2 = kAccumulate ? _mm512_maskz_loadu_ps(m2, out[r] + 32) : _mm512_setzero_ps(), \
          c##r##3 = kAccumulate ? _mm512_maskz_loadu_ps(m3, out[r] + 48) : _mm512_setzero_ps()
-  TF_ROW_INIT(0);
-  TF_ROW_INIT(1);
-  TF_ROW_INIT(2);
-  TF_ROW_INIT(3);
-  TF_ROW_INIT(4);
-  TF_ROW_INIT(5);
+  TF_EACH_ROW(TF_ROW_INIT);
 #undef TF_ROW_INIT
-  for (std::int64_t kk = 0; kk < k; ++kk) {
-    const float* b = panel + kk * kPanel;
-    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16),
-                 b2 = _mm512_loadu_ps(b + 32), b3 = _mm512_loadu_ps(b + 48);
-#define TF_ROW_FMA(r)                           \
-  do {                                          \
-    const __m512 ar = _mm512_set1_ps(a##r[kk]); \
-    c##r##0 = _mm512_fmadd_ps(ar, b0, c##r##0); \
-    c##r##1 = _mm512_fmadd_ps(ar, b1, c##r##1); \
-    c##r##2 = _mm512_fmadd_ps(ar, b2, c##r##2); \
-    c##r##3 = _mm512_fmadd_ps(ar, b3, c##r##3); \
-  } while (false)
-    TF_ROW_FMA(0);
-    TF_ROW_FMA(1);
-    TF_ROW_FMA(2);
-    TF_ROW_FMA(3);
-    TF_ROW_FMA(4);
-    TF_ROW_FMA(5);
-#undef TF_ROW_FMA
-  }
+  TF_TILE_SUM(k)
 #define TF_ROW_STORE(r)                              \
   do {                                               \
     _mm512_mask_storeu_ps(out[r], m0, c##r##0);      \
@@ -273,14 +252,13 @@ TF_AVX512 __attribute__((noinline)) void tile_nn_6x64(std::int64_t k, const floa
     _mm512_mask_storeu_ps(out[r] + 32, m2, c##r##2); \
     _mm512_mask_storeu_ps(out[r] + 48, m3, c##r##3); \
   } while (false)
-  TF_ROW_STORE(0);
-  TF_ROW_STORE(1);
-  TF_ROW_STORE(2);
-  TF_ROW_STORE(3);
-  TF_ROW_STORE(4);
-  TF_ROW_STORE(5);
+  TF_EACH_ROW(TF_ROW_STORE);
 #undef TF_ROW_STORE
 }
+
+#undef TF_TILE_SUM
+#undef TF_EACH_ROW
+#undef TF_ROW_FMA
 
 // Sums of gemm_nn per pass over the rows: a chunk of kNnChunk rows of a packed panel (32 KiB)
 // stays in L1 while every register tile of the rows reads it.
