@@ -359,10 +359,8 @@ TF_AVX512 void pack_nn(const float* b, std::int64_t ldb, std::int64_t k, std::in
 }
 
 TF_AVX512 void gemm_nn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-                       std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc,
-                       bool accumulate) {
+                       std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc) {
   if (k == 0) {
-    if (accumulate) return;
     for (std::int64_t i = 0; i < m; ++i) {
       for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = 0.0f;
     }
@@ -383,7 +381,7 @@ TF_AVX512 void gemm_nn(std::int64_t m, std::int64_t n, std::int64_t k, const flo
         const __mmask16 mask[4] = {lanes(n - j0), lanes(n - j0 - 16), lanes(n - j0 - 32),
                                    lanes(n - j0 - 48)};
         const float* panel = packed_b + j0 * k + kk0 * kPanel;
-        if (kk0 == 0 && !accumulate) {
+        if (kk0 == 0) {
           tile_nn_6x64<false>(chunk, a_rows, kk0, panel, out_rows, mask);
         } else {
           tile_nn_6x64<true>(chunk, a_rows, kk0, panel, out_rows, mask);
@@ -417,7 +415,7 @@ std::int64_t packed_nn_size(std::int64_t, std::int64_t) {
 }
 void pack_nn(const float*, std::int64_t, std::int64_t, std::int64_t, float*) {}
 void gemm_nn(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, const float*,
-             float*, std::int64_t, bool) {}
+             float*, std::int64_t) {}
 
 }  // namespace tinyformer::cpu::avx512
 

@@ -61,6 +61,6 @@ void pack_nn(const float* b, std::int64_t ldb, std::int64_t k, std::int64_t n, f
 // in L2. Each element is one fused multiply-add chain over k in order, whatever rows a caller
 // splits the work into.
 void gemm_nn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
-             const float* packed_b, float* c, std::int64_t ldc, bool accumulate = false);
+             const float* packed_b, float* c, std::int64_t ldc);
 
 }  // namespace tinyformer::cpu::avx512
