@@ -428,6 +428,10 @@ int main(int argc, char** argv) {
     // Attention with 32 heads of 64 at n = 1024: scores = Q K^T, then out = P V.
     bench_matmul("matmul QK^T", 32 / d, 1024 / d, 64, 1024 / d, true);
     bench_matmul("matmul PV", 32 / d, 1024 / d, 1024 / d, 64, false);
+    // Linformer's E gradient at k = 64, n = 512 (4 sequences, H*d = 256) in its two orientations:
+    // g x^T, [64, 256] x [256, 512], and x g^T, [512, 256] x [256, 64] (docs/matmul.md).
+    bench_matmul("matmul E grad g x^T", 4, 64 / d, 256 / d, 512 / d, true);
+    bench_matmul("matmul E grad x g^T", 4, 512 / d, 256 / d, 64 / d, true);
     bench_softmax(16 * 1024 / d, 1024 / d);
     bench_layer_norm(8192 / d, 768 / d);
     bench_elementwise(16 * 1024 * 1024 / (d * d));

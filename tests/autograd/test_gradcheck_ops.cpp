@@ -101,6 +101,13 @@ TEST_CASE("gradcheck: matmul on attention's heads: batch dims that no single str
   // against a batch broadcast over H.
   Tensor e = make_leaf({2, n}, Domain::any), w = make_leaf({b, 1, d, 3}, Domain::any);
   expect_gradcheck([&](auto& in) { return tf::matmul(in[0], heads(in[1])); }, {e, k}, "E @ heads");
+  // E with at least twice as many columns as rows: its gradient is computed in the other
+  // orientation, (heads g^T)^T, and reaches E as a transposed view.
+  Tensor e_wide = make_leaf({1, n}, Domain::any);
+  expect_gradcheck([&](auto& in) { return tf::matmul(in[0], heads(in[1])); }, {e_wide, k},
+                   "wide E @ heads");
+  expect_gradcheck([&](auto& in) { return tf::matmul_like(in[0], heads(in[1]), heads(in[1])); },
+                   {e_wide, k}, "wide E @ heads laid out like the heads");
   // The same with E read transposed (column-major), and E under three batch dims.
   Tensor et = make_leaf({n, 2}, Domain::any);
   expect_gradcheck([&](auto& in) { return tf::matmul(in[0].transpose(0, 1), heads(in[1])); },
