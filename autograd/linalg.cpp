@@ -201,16 +201,20 @@ Tensor rows_first_each(const Tensor& t) {
 // the gradient is one batch of those products, summed over the outermost dim. Undefined when
 // b's entries do not fold in place (the caller then runs the batch of products). A column-major
 // a gets (b g^T)^T, so the gradient reaching the untransposed tensor is contiguous; so does a
-// matrix with at least twice as many columns as rows (E: k rows, n columns), whose gradient is
-// then a transposed view: the products run with K rows and M columns, the orientation GEMMs run
-// faster (batch 4 of [M, 256] x [256, K] on oneDNN, AVX-512, 2 threads: M = 64, K = 256-4096 10%
-// faster, up to 50% when the machine's memory is contended; docs/matmul.md).
+// matrix of at most kTallMaxRows rows and at least twice as many columns (E at k = 64 or 128
+// against n >= 2k), whose gradient is then a transposed view: the products run with K rows and M
+// columns, the orientation GEMMs run faster there (batch 4 of [M, 256] x [256, K] on oneDNN,
+// AVX-512, 2 threads: M = 64 10% faster, up to 50% when the machine's memory is contended; at
+// M = 256 the two tie and the transposed view's copy into the parameter's gradient would be a
+// loss; docs/matmul.md).
+constexpr std::int64_t kTallMaxRows = 128;
 Tensor shared_left_gradient(const Tensor& g, const Tensor& b, bool a_column_major,
                             DType out_dtype) {
   if (b.dim() < 4 || !rows_first_in_place(select(b, 0, 0))) return Tensor();
   const Tensor gw = rows_first_each(g);  // [B, M, inner*N]
   const Tensor bw = rows_first_each(b);  // [B, K, inner*N]
-  const bool tall = a_column_major || b.size(-2) >= 2 * g.size(-2);
+  const std::int64_t m = g.size(-2), k = b.size(-2);
+  const bool tall = a_column_major || (m <= kTallMaxRows && k >= 2 * m);
   const Tensor parts =
       tall ? matmul_impl(bw, transpose(gw, 1, 2), std::nullopt, out_dtype)   // [B, K, M]
            : matmul_impl(gw, transpose(bw, 1, 2), std::nullopt, out_dtype);  // [B, M, K]
