@@ -1,6 +1,7 @@
 // Fused attention: forward and backward side by side.
 //
-//   S = (query * scale) key^T    [..., n, m]    scale = 1 / sqrt(d)
+//   S = (query * scale) key^T    [..., n, m]    scale = 1 / sqrt(d); query (key * scale)^T
+//                                where m < n (Linformer's k rows against n queries)
 //   S = -inf where excluded      (excluded_mask, and j > i when causal)
 //   P = softmax(S)               saved for backward
 //   O = dropout(P) value         [..., n, dv]
@@ -9,7 +10,12 @@
 //   dP      = dropout'(dO value^T)
 //   dS      = P * (dP - rowsum(dP * P))   (softmax backward; excluded entries have P = 0, so
 //             dS = 0)
-//   d_query = dS (key * scale),  d_key = dS^T (query * scale)   (the scaled operands recomputed)
+//   d_query = dS (key * scale),  d_key = dS^T (query * scale), or (dS^T query) * scale where
+//             m < n   (the scaled operands recomputed)
+//
+// The scale multiplies whichever operand (or result) has fewer rows: a pass over [m, d] instead
+// of [n, d] when the keys are fewer than the queries. With a power-of-two scale (d = 4^j) the
+// two orders give the same numbers.
 //
 // Under a bfloat16 autocast (mixed precision) without dropout, softmax rounds P to bfloat16 in
 // its own pass and no float32 P is kept: O = P V and d_value = P^T dO read that copy (the
@@ -180,8 +186,10 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
   Tensor out;
   {
     NoGradGuard no_grad;
-    const Tensor query_scaled = scaled_like(query, scale);
-    Tensor s = matmul(query_scaled, key.transpose(-2, -1));  // [..., n, m]
+    const bool scale_keys = m < n;
+    const Tensor q = scale_keys ? query : scaled_like(query, scale);
+    const Tensor k = scale_keys ? scaled_like(key, scale) : key;
+    Tensor s = matmul(q, k.transpose(-2, -1));  // [..., n, m]
     const double minus_inf = -std::numeric_limits<double>::infinity();
     if (excluded_mask.defined()) s = masked_fill(s, excluded_mask, minus_inf);
     if (options.causal) s = masked_fill(s, future_mask(n, m, query.device()), minus_inf);
@@ -211,19 +219,22 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
   // The query itself is saved rather than query * scale: it is a view of a buffer that lives on
   // anyway, and its layout is the one d_query takes.
   Tensor saved_query = save(query), saved_key = save(key), saved_value = save(value);
-  return record("fused_attention", out, {query, key, value},
-                [saved_query, saved_key, saved_value, p, pd, keep, scale](const Tensor& g) {
-                  Tensor d_value = matmul_like(pd.transpose(-2, -1), g, saved_value);
-                  Tensor dp = matmul(g, saved_value.transpose(-2, -1));
-                  if (keep.defined()) dp = mul(dp, keep);
-                  Tensor ds = softmax_backward_rows(p, dp, p.dtype());
-                  // The scale goes on the [m, d] and [n, d] operands rather than on the
-                  // products, which then land in the query's and key's layouts directly.
-                  Tensor d_query = matmul_like(ds, scaled_like(saved_key, scale), saved_query);
-                  Tensor d_key =
-                      matmul_like(ds.transpose(-2, -1), scaled_like(saved_query, scale), saved_key);
-                  return std::vector<Tensor>{d_query, d_key, d_value};
-                });
+  return record(
+      "fused_attention", out, {query, key, value},
+      [saved_query, saved_key, saved_value, p, pd, keep, scale, n, m](const Tensor& g) {
+        Tensor d_value = matmul_like(pd.transpose(-2, -1), g, saved_value);
+        Tensor dp = matmul(g, saved_value.transpose(-2, -1));
+        if (keep.defined()) dp = mul(dp, keep);
+        Tensor ds = softmax_backward_rows(p, dp, p.dtype());
+        // The scale goes on the operands, so that the products land in the query's and key's
+        // layouts directly; d_key where m < n scales its [m, d] result instead of the [n, d]
+        // query (scaled_like keeps the layout).
+        Tensor d_query = matmul_like(ds, scaled_like(saved_key, scale), saved_query);
+        Tensor d_key =
+            m < n ? scaled_like(matmul_like(ds.transpose(-2, -1), saved_query, saved_key), scale)
+                  : matmul_like(ds.transpose(-2, -1), scaled_like(saved_query, scale), saved_key);
+        return std::vector<Tensor>{d_query, d_key, d_value};
+      });
 }
 
 }  // namespace tinyformer

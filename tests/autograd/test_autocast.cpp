@@ -233,46 +233,55 @@ TEST_CASE("autocast: a backward runs under the autocast dtype of its forward") {
 TEST_CASE("autocast: fused attention's products, forward and backward, in bfloat16") {
   // The products round their float32 operands; softmax writes P in bfloat16 (its sums in
   // float32), and its backward reads that P and writes dS in bfloat16, for the products.
-  manual_seed(5);
-  const Tensor q = randn32({2, 2, 7, 8}), k = randn32({2, 2, 9, 8}), v = randn32({2, 2, 9, 8});
-  const Tensor r = randn32({2, 2, 7, 8});
-  Tensor probs;
-  auto run = [&](bool autocast) {
-    const Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(),
-                 vg = v.detach().requires_grad_();
-    Tensor out;
-    {
-      const AutocastGuard guard(autocast ? DType::bfloat16 : DType::float32);
-      out = fused_attention(qg, kg, vg, Tensor(), {.probs = &probs});
+  // 9 keys against 7 queries (the scale on the queries), and 4 (on the keys and on d_key).
+  for (const std::int64_t keys : {9, 4}) {
+    INFO(keys << " keys");
+    manual_seed(5);
+    const Tensor q = randn32({2, 2, 7, 8}), k = randn32({2, 2, keys, 8}),
+                 v = randn32({2, 2, keys, 8});
+    const Tensor r = randn32({2, 2, 7, 8});
+    Tensor probs;
+    auto run = [&](bool autocast) {
+      const Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(),
+                   vg = v.detach().requires_grad_();
+      Tensor out;
+      {
+        const AutocastGuard guard(autocast ? DType::bfloat16 : DType::float32);
+        out = fused_attention(qg, kg, vg, Tensor(), {.probs = &probs});
+      }
+      CHECK(out.dtype() == DType::float32);
+      sum(out * r).backward();
+      return std::vector<Tensor>{out, qg.grad(), kg.grad(), vg.grad()};
+    };
+    const std::vector<Tensor> exact = run(false), mixed = run(true);
+    for (std::size_t i = 0; i < exact.size(); ++i) {
+      REQUIRE(mixed[i].defined());
+      CHECK(mixed[i].dtype() == DType::float32);
+      const double diff = max(abs(mixed[i] - exact[i])).item<double>();
+      const double scale = max(abs(exact[i])).item<double>();
+      INFO("tensor " << i << ": max difference " << diff << " of " << scale);
+      CHECK(diff <= 0.05 * scale);  // a few bfloat16 roundings through softmax
+      CHECK(diff > 1e-5 * scale);   // and not float32
     }
-    CHECK(out.dtype() == DType::float32);
-    sum(out * r).backward();
-    return std::vector<Tensor>{out, qg.grad(), kg.grad(), vg.grad()};
-  };
-  const std::vector<Tensor> exact = run(false), mixed = run(true);
-  for (std::size_t i = 0; i < exact.size(); ++i) {
-    REQUIRE(mixed[i].defined());
-    CHECK(mixed[i].dtype() == DType::float32);
-    const double diff = max(abs(mixed[i] - exact[i])).item<double>();
-    const double scale = max(abs(exact[i])).item<double>();
-    INFO("tensor " << i << ": max difference " << diff << " of " << scale);
-    CHECK(diff <= 0.05 * scale);  // a few bfloat16 roundings through softmax
-    CHECK(diff > 1e-5 * scale);   // and not float32
+    // The forward equals the composition with its products' operands and P rounded explicitly,
+    // the scale on the side with fewer rows (1 / sqrt(8) is not a power of two, so the side
+    // shows in the bits).
+    const Tensor scale = scalar_tensor(1.0 / std::sqrt(8.0));
+    const bool scale_keys = keys < 7;
+    const Tensor s =
+        product32((scale_keys ? q : mul(q, scale)).to(DType::bfloat16),
+                  (scale_keys ? mul(k, scale) : k).transpose(-2, -1).to(DType::bfloat16));
+    const Tensor p = empty(s.shape(), {.dtype = DType::bfloat16});
+    backend(Device::cpu()).softmax(s.view({-1, keys}), false, p.view({-1, keys}));
+    const Tensor want = product32(p, v.to(DType::bfloat16));
+    CHECK(bitwise_equal(mixed[0], want));
+    // The probabilities handed out are that P, widened.
+    REQUIRE(probs.defined());
+    CHECK(probs.dtype() == DType::float32);
+    CHECK(bitwise_equal(probs, p.to(DType::float32)));
+    // ... and P is the float32 softmax rounded once.
+    CHECK(max(abs(probs - softmax(s, -1))).item<double>() <= std::ldexp(1.0, -9));
   }
-  // The forward equals the composition with its products' operands and P rounded explicitly.
-  const double scale = 1.0 / std::sqrt(8.0);
-  const Tensor s = product32(mul(q, scalar_tensor(scale)).to(DType::bfloat16),
-                             k.transpose(-2, -1).to(DType::bfloat16));
-  const Tensor p = empty(s.shape(), {.dtype = DType::bfloat16});
-  backend(Device::cpu()).softmax(s.view({-1, 9}), false, p.view({-1, 9}));
-  const Tensor want = product32(p, v.to(DType::bfloat16));
-  CHECK(bitwise_equal(mixed[0], want));
-  // The probabilities handed out are that P, widened.
-  REQUIRE(probs.defined());
-  CHECK(probs.dtype() == DType::float32);
-  CHECK(bitwise_equal(probs, p.to(DType::float32)));
-  // ... and P is the float32 softmax rounded once.
-  CHECK(max(abs(probs - softmax(s, -1))).item<double>() <= std::ldexp(1.0, -9));
 }
 
 TEST_CASE("autocast: fused attention rounds no [n, m] tensor in a pass of its own") {

@@ -85,6 +85,19 @@ TEST_CASE("fused attention: gradient check, transposed inputs, errors") {
         return fused_attention(in[0], in[1], in[2], {}, {.causal = true});
       },
       {q2, key2, v2}));
+  // With dropout the composition runs (the same mask at every call: one seed): the scale on the
+  // queries where the keys are as many or more, on the keys and on d_key's result where fewer.
+  for (const std::int64_t keys : {3, 6}) {
+    INFO(keys << " keys against 5 queries");
+    Tensor qd = randn64({1, 2, 5, 3}), kd = randn64({1, 2, keys, 3}), vd = randn64({1, 2, keys, 2});
+    CHECK(gradcheck(
+        [](const std::vector<Tensor>& in) {
+          Generator gen(11);
+          return fused_attention(in[0], in[1], in[2], {},
+                                 {.dropout = 0.25, .training = true, .generator = &gen});
+        },
+        {qd, kd, vd}));
+  }
   CHECK_THROWS_WITH_AS(fused_attention(randn({1, 4, 3}), randn({1, 4, 2}), randn({1, 4, 3})),
                        doctest::Contains("query and key differ in their last dim"), Error);
   CHECK_THROWS_AS(fused_attention(randn({1, 4, 3}), randn({1, 4, 3}), randn({1, 5, 3})), Error);
