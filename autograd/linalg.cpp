@@ -194,6 +194,9 @@ Tensor rows_first_each(const Tensor& t) {
   return reshape(permute(t, order), {t.size(0), t.size(-2), -1});
 }
 
+// The most rows of a shared matrix whose gradient runs in the taller orientation (below).
+constexpr std::int64_t kTallMaxRows = 128;
+
 // The gradient of a matrix a: [M, K] shared by every batch entry of a @ b, b: [batch..., K, N],
 // g: [batch..., M, N]: the sum over the batch of g b^T. For each entry of the outermost batch
 // dim the inner batch dims fold into one product [M, inner*N] x [inner*N, K] (Linformer's E
@@ -207,7 +210,6 @@ Tensor rows_first_each(const Tensor& t) {
 // AVX-512, 2 threads: M = 64 10% faster, up to 50% when the machine's memory is contended; at
 // M = 256 the two tie and the transposed view's copy into the parameter's gradient would be a
 // loss; docs/matmul.md).
-constexpr std::int64_t kTallMaxRows = 128;
 Tensor shared_left_gradient(const Tensor& g, const Tensor& b, bool a_column_major,
                             DType out_dtype) {
   if (b.dim() < 4 || !rows_first_in_place(select(b, 0, 0))) return Tensor();

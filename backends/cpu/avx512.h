@@ -9,7 +9,7 @@
 //   head width): scores = scale q k^T and the backward's dP = grad v^T. B is packed once per
 //   matrix into panels of 64 columns, and a register tile of 6 rows by 64 columns runs the sum
 //   over k; the row maxima of C can come with it, saving softmax's first pass;
-// - the product over the keys: C (+)= A B with B [k, n] and n small (the head width): out = P v
+// - the product over the keys: C = A B with B [k, n] and n small (the head width): out = P v
 //   and the backward's grad_query = dS k for a group of rows still in L2. B is packed once per
 //   matrix into panels of 64 columns, and the same register tile shape runs the sum over k in
 //   chunks that stay in L1.
