@@ -190,38 +190,43 @@ Tensor random_f32(const Shape& shape) {
 
 // --- matmul: out[b] = a[b] @ op(k[b]) ---
 
-// a: [B, M, K] contiguous; b_store: [B, K, N], or [B, N, K] when b_transposed (then b is the
-// transposed view, as attention's K^T is).
+// a_store: [B, M, K], or [B, K, M] when a_transposed (then a is the transposed view, as the g
+// of a weight gradient g^T x is); b_store: [B, K, N], or [B, N, K] when b_transposed (then b is
+// the transposed view, as attention's K^T is).
 void bench_matmul(const std::string& name, std::int64_t batch, std::int64_t m, std::int64_t k,
-                  std::int64_t n, bool b_transposed) {
-  const Tensor a = random_f32({batch, m, k});
+                  std::int64_t n, bool b_transposed, bool a_transposed = false) {
+  const Tensor a_store = random_f32(a_transposed ? Shape{batch, k, m} : Shape{batch, m, k});
+  const Tensor a =
+      a_transposed ? raw::as_strided(a_store, {batch, m, k}, {m * k, 1, m}, 0) : a_store;
   const Tensor b_store = random_f32(b_transposed ? Shape{batch, n, k} : Shape{batch, k, n});
   const Tensor b =
       b_transposed ? raw::as_strided(b_store, {batch, k, n}, {n * k, 1, k}, 0) : b_store;
   Tensor out = empty({batch, m, n});
   char shape[64];
-  std::snprintf(shape, sizeof shape, "%ldx[%ldx%ldx%ld]%s", static_cast<long>(batch),
+  std::snprintf(shape, sizeof shape, "%ldx[%ldx%ldx%ld]%s%s", static_cast<long>(batch),
                 static_cast<long>(m), static_cast<long>(k), static_cast<long>(n),
-                b_transposed ? " B^T" : "");
+                a_transposed ? " A^T" : "", b_transposed ? " B^T" : "");
   Row row{name, shape, "GFLOP/s", 2.0 * static_cast<double>(batch * m * n * k)};
 
   row.ours = [&] { cpu().matmul(a, b, out); };
   // The public, differentiable op (no graph), which allocates its output.
   row.ours_public = [&] {
     NoGradGuard no_grad;
+    Tensor at = a_transposed ? a_store.transpose(1, 2) : a_store;
     Tensor bt = b_transposed ? b_store.transpose(1, 2) : b_store;
-    Tensor r = matmul(a, bt);
+    Tensor r = matmul(at, bt);
   };
 
   // cblas_sgemm: one call per batch element.
-  const auto* pa = a.data<float>();
+  const auto* pa = a_store.data<float>();
   const auto* pb = b_store.data<float>();
   auto* pc = out.data<float>();
   row.blas = [&] {
     for (std::int64_t i = 0; i < batch; ++i) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans,
-                  static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f,
-                  pa + i * m * k, static_cast<int>(k), pb + i * k * n,
+      cblas_sgemm(CblasRowMajor, a_transposed ? CblasTrans : CblasNoTrans,
+                  b_transposed ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                  static_cast<int>(n), static_cast<int>(k), 1.0f, pa + i * m * k,
+                  static_cast<int>(a_transposed ? m : k), pb + i * k * n,
                   static_cast<int>(b_transposed ? k : n), 0.0f, pc + i * m * n,
                   static_cast<int>(n));
     }
@@ -432,6 +437,11 @@ int main(int argc, char** argv) {
     // g x^T, [64, 256] x [256, 512], and x g^T, [512, 256] x [256, 64] (docs/matmul.md).
     bench_matmul("matmul E grad g x^T", 4, 64 / d, 256 / d, 512 / d, true);
     bench_matmul("matmul E grad x g^T", 4, 512 / d, 256 / d, 64 / d, true);
+    // Weight gradients g^T x of [256, 256] and [256, 1024] weights over 1024 and 16384 tokens:
+    // the library's own kernel on AVX-512 (docs/matmul.md).
+    bench_matmul("matmul dW = g^T x", 1, 256 / d, 1024 / d, 256 / d, false, true);
+    bench_matmul("matmul dW = g^T x", 1, 256 / d, 1024 / d, 1024 / d, false, true);
+    bench_matmul("matmul dW = g^T x", 1, 256 / d, 16384 / d, 256 / d, false, true);
     bench_softmax(16 * 1024 / d, 1024 / d);
     bench_layer_norm(8192 / d, 768 / d);
     bench_elementwise(16 * 1024 * 1024 / (d * d));

@@ -256,6 +256,78 @@ TF_AVX512 __attribute__((noinline)) void tile_nn_6x64(std::int64_t k, const floa
 #undef TF_ROW_STORE
 }
 
+// Rows of B per packed chunk of gemm_tn: a chunk of one panel (32 KiB) stays in L1 while every
+// register tile of C's rows reads it, and the matching rows of A (kTnChunk x m) stay in L2 for
+// the next panels.
+constexpr std::int64_t kTnChunk = 128;
+
+// The register tile of gemm_tn: out[r][cols] (+)= sum over kk < k of a[kk * lda + r] times
+// panel[kk][0:64] for r < rows (at most 6): row r of the tile is column r of A's storage, so the
+// six factors of step kk are neighbours in A's row kk. A short tile repeats its last row (which
+// computes and stores the same values). Columns past the matrix's end are masked off, as in
+// tile_nn_6x64. The sum is one fused multiply-add chain from zero; kAccumulate adds it to out.
+template <bool kAccumulate>
+TF_AVX512 __attribute__((noinline)) void tile_tn_6x64(std::int64_t k, const float* a,
+                                                      std::int64_t lda, std::int64_t rows,
+                                                      const float* panel, float* out,
+                                                      std::int64_t ldo, const __mmask16* mask) {
+  const std::int64_t last = rows - 1;
+  const std::int64_t o1 = 1 < last ? 1 : last, o2 = 2 < last ? 2 : last, o3 = 3 < last ? 3 : last,
+                     o4 = 4 < last ? 4 : last, o5 = 5 < last ? 5 : last;
+  float* const out_rows[kTileRows] = {
+      out, out + o1 * ldo, out + o2 * ldo, out + o3 * ldo, out + o4 * ldo, out + o5 * ldo};
+  const __mmask16 m0 = mask[0], m1 = mask[1], m2 = mask[2], m3 = mask[3];
+#define TF_ROW_INIT(r)                                                 \
+  __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(), \
+         c##r##2 = _mm512_setzero_ps(), c##r##3 = _mm512_setzero_ps()
+  TF_EACH_ROW(TF_ROW_INIT);
+#undef TF_ROW_INIT
+  const float* ak = a;
+  for (std::int64_t kk = 0; kk < k; ++kk, ak += lda) {
+    const float* b = panel + kk * kPanel;
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16),
+                 b2 = _mm512_loadu_ps(b + 32), b3 = _mm512_loadu_ps(b + 48);
+    // The same columns of A one chunk further on, into L2 for the next chunk's tiles (past A's
+    // end in the last chunk: a prefetch does not fault).
+    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(ak) +
+                                               sizeof(float) * kTnChunk * lda),
+                 _MM_HINT_T1);
+    const float* a0 = ak;
+    const float* a1 = ak + o1;
+    const float* a2 = ak + o2;
+    const float* a3 = ak + o3;
+    const float* a4 = ak + o4;
+    const float* a5 = ak + o5;
+    TF_ROW_FMA(0, 0);
+    TF_ROW_FMA(1, 0);
+    TF_ROW_FMA(2, 0);
+    TF_ROW_FMA(3, 0);
+    TF_ROW_FMA(4, 0);
+    TF_ROW_FMA(5, 0);
+  }
+  // Every row's sum is formed before any is stored: a short tile's repeated rows share out.
+  if constexpr (kAccumulate) {
+#define TF_ROW_ADD(r)                                                              \
+  do {                                                                             \
+    c##r##0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, out_rows[r]), c##r##0);      \
+    c##r##1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, out_rows[r] + 16), c##r##1); \
+    c##r##2 = _mm512_add_ps(_mm512_maskz_loadu_ps(m2, out_rows[r] + 32), c##r##2); \
+    c##r##3 = _mm512_add_ps(_mm512_maskz_loadu_ps(m3, out_rows[r] + 48), c##r##3); \
+  } while (false)
+    TF_EACH_ROW(TF_ROW_ADD);
+#undef TF_ROW_ADD
+  }
+#define TF_ROW_STORE(r)                                   \
+  do {                                                    \
+    _mm512_mask_storeu_ps(out_rows[r], m0, c##r##0);      \
+    _mm512_mask_storeu_ps(out_rows[r] + 16, m1, c##r##1); \
+    _mm512_mask_storeu_ps(out_rows[r] + 32, m2, c##r##2); \
+    _mm512_mask_storeu_ps(out_rows[r] + 48, m3, c##r##3); \
+  } while (false)
+  TF_EACH_ROW(TF_ROW_STORE);
+#undef TF_ROW_STORE
+}
+
 #undef TF_TILE_SUM
 #undef TF_EACH_ROW
 #undef TF_ROW_FMA
@@ -391,6 +463,39 @@ TF_AVX512 void gemm_nn(std::int64_t m, std::int64_t n, std::int64_t k, const flo
   }
 }
 
+std::int64_t gemm_tn_scratch_size() {
+  return kTnChunk * kPanel;
+}
+
+TF_AVX512 void gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+                       std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                       std::int64_t ldc, float* scratch) {
+  if (k == 0) {
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = 0.0f;
+    }
+    return;
+  }
+  for (std::int64_t kk0 = 0; kk0 < k; kk0 += kTnChunk) {
+    const std::int64_t chunk = k - kk0 < kTnChunk ? k - kk0 : kTnChunk;
+    for (std::int64_t j0 = 0; j0 < n; j0 += kPanel) {
+      pack_nn(b + kk0 * ldb + j0, ldb, chunk, n - j0 < kPanel ? n - j0 : kPanel, scratch);
+      const __mmask16 mask[4] = {lanes(n - j0), lanes(n - j0 - 16), lanes(n - j0 - 32),
+                                 lanes(n - j0 - 48)};
+      for (std::int64_t i = 0; i < m; i += kTileRows) {
+        const std::int64_t rows = m - i < kTileRows ? m - i : kTileRows;
+        if (kk0 == 0) {
+          tile_tn_6x64<false>(chunk, a + kk0 * lda + i, lda, rows, scratch, c + i * ldc + j0, ldc,
+                              mask);
+        } else {
+          tile_tn_6x64<true>(chunk, a + kk0 * lda + i, lda, rows, scratch, c + i * ldc + j0, ldc,
+                             mask);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace tinyformer::cpu::avx512
 
 #else  // not x86-64: available() is false, and nothing calls the kernels
@@ -416,6 +521,11 @@ std::int64_t packed_nn_size(std::int64_t, std::int64_t) {
 void pack_nn(const float*, std::int64_t, std::int64_t, std::int64_t, float*) {}
 void gemm_nn(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, const float*,
              float*, std::int64_t) {}
+std::int64_t gemm_tn_scratch_size() {
+  return 0;
+}
+void gemm_tn(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, const float*,
+             std::int64_t, float*, std::int64_t, float*) {}
 
 }  // namespace tinyformer::cpu::avx512
 

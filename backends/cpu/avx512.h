@@ -63,4 +63,16 @@ void pack_nn(const float* b, std::int64_t ldb, std::int64_t k, std::int64_t n, f
 void gemm_nn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
              const float* packed_b, float* c, std::int64_t ldc);
 
+// Floats of scratch that gemm_tn needs: one packed chunk of B.
+std::int64_t gemm_tn_scratch_size();
+
+// C [m, n] (row stride ldc) = A^T B, A [k, m] (row stride lda: C's rows are A's columns), B [k, n]
+// (row stride ldb): the weight gradients g^T x. Chunks of B's rows are packed into scratch
+// (gemm_tn_scratch_size() floats) a panel of 64 columns at a time. Each element is the sum of
+// its chunks of 128 rows of k, added in order, each chunk's sum one fused multiply-add chain
+// (chains of 128 rather than k steps: a weight gradient's sum runs over every token of a batch):
+// the same bits whatever rows or columns a caller splits the work into.
+void gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
+             const float* b, std::int64_t ldb, float* c, std::int64_t ldc, float* scratch);
+
 }  // namespace tinyformer::cpu::avx512

@@ -6,9 +6,11 @@
 //     batch stride in its memory descriptors, broadcast operands as a batch of one;
 //   float32 with a transposed first operand (every weight gradient, attention's dV and dK):
 //     cblas_sgemm per batch element where oneDNN runs below AVX-512 (transposed_first_on_blas),
-//     since oneDNN 2.6 reads such an operand at half speed on AVX2; oneDNN on AVX-512, where a
-//     single such product at least twice as wide as tall with K >= 4096 runs as out^T = b^T a
-//     (the faster orientation there) into scratch, transposed into out (swap_orientation);
+//     since oneDNN 2.6 reads such an operand at half speed on AVX2; on AVX-512, a single such
+//     product at least twice as wide as tall with K >= 4096 runs as out^T = b^T a (the faster
+//     orientation there) into scratch, transposed into out (swap_orientation); other single
+//     ones with M <= 512 on the library's own kernel (matmul_tn, avx512::gemm_tn), the rest on
+//     oneDNN;
 //   float64: cblas_dgemm per batch element (oneDNN has no float64 matmul);
 //   bfloat16: one oneDNN bfloat16 product with float32 accumulation where oneDNN has a bfloat16
 //     kernel for this CPU (bf16_matmul_native), else float32 products of the widened operands;
@@ -19,6 +21,7 @@
 #include "backends/cpu/matmul.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <climits>
@@ -26,7 +29,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "backends/cpu/avx512.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_context.h"
 #include "core/error.h"
@@ -275,6 +280,63 @@ bool swap_orientation(const GemmInput& pa, const GemmInput& pb, std::int64_t m, 
   return pa.layout.transposed && !pb.layout.transposed && k >= kSwapMinK && n >= 2 * m;
 }
 
+// K rows per part of matmul_tn's sum: parts are summed in order at the end, so a part's size is
+// fixed by the shape alone and the result has the same bits on any number of threads.
+constexpr std::int64_t kTnPartRows = 4096;
+constexpr std::int64_t kTnMaxRows = 512;
+
+// out [M, N] (row stride ldc) = a^T b for float32 a [K, M] (row stride lda) and b [K, N] (row
+// stride ldb) on avx512::gemm_tn. The sum over K runs in parts of about kTnPartRows rows, part 0
+// straight into out and the others into scratch, added to it in order; where there are fewer
+// parts than threads, each part's columns are cut into groups of 64-column panels, and where
+// there are too few panels, its rows into groups of 6-row tiles. One (part, columns, rows) item
+// per thread at a time.
+void matmul_tn(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* out,
+               std::int64_t ldc, std::int64_t m, std::int64_t k, std::int64_t n) {
+  const std::int64_t parts = std::max<std::int64_t>(1, (k + kTnPartRows / 2) / kTnPartRows);
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const std::int64_t per_part = std::max<std::int64_t>(1, (threads + parts - 1) / parts);
+  const std::int64_t panels = (n + 63) / 64, tiles = (m + 5) / 6;
+  const std::int64_t column_groups = std::min(panels, per_part);
+  const std::int64_t row_groups = std::min(tiles, (per_part + column_groups - 1) / column_groups);
+  const Tensor partial = parts > 1 ? empty({(parts - 1) * m * n}) : Tensor();
+  float* const extra = parts > 1 ? partial.data<float>() : nullptr;
+  const std::int64_t items = parts * column_groups * row_groups;
+#pragma omp parallel for schedule(static) num_threads(threads) if (items > 1 && threads > 1)
+  for (std::int64_t item = 0; item < items; ++item) {
+    std::vector<float> scratch(static_cast<std::size_t>(avx512::gemm_tn_scratch_size()));
+    const std::int64_t p = item / (column_groups * row_groups);
+    const std::int64_t g = item / row_groups % column_groups, h = item % row_groups;
+    const std::int64_t k0 = k * p / parts, k1 = k * (p + 1) / parts;
+    const std::int64_t c0 = panels * g / column_groups * 64,
+                       c1 = std::min(n, panels * (g + 1) / column_groups * 64);
+    const std::int64_t r0 = tiles * h / row_groups * 6,
+                       r1 = std::min(m, tiles * (h + 1) / row_groups * 6);
+    float* dst = p == 0 ? out : extra + (p - 1) * m * n;
+    const std::int64_t ld = p == 0 ? ldc : n;
+    avx512::gemm_tn(r1 - r0, c1 - c0, k1 - k0, a + k0 * lda + r0, lda, b + k0 * ldb + c0, ldb,
+                    dst + r0 * ld + c0, ld, scratch.data());
+  }
+  if (parts == 1) return;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (std::int64_t i = 0; i < m; ++i) {
+    float* row = out + i * ldc;
+    for (std::int64_t p = 1; p < parts; ++p) {
+      const float* add = extra + (p - 1) * m * n + i * n;
+#pragma omp simd
+      for (std::int64_t j = 0; j < n; ++j) row[j] += add[j];
+    }
+  }
+}
+
+// Whether a float32 out = a^T b of one matrix (a column-major, b row-major: a weight gradient)
+// runs on matmul_tn.
+bool tn_on_avx512(const GemmInput& pa, const GemmInput& pb, std::int64_t m, std::int64_t k,
+                  std::int64_t n) {
+  return avx512::available() && pa.layout.transposed && !pb.layout.transposed && m > 1 &&
+         m <= kTnMaxRows && m * n * k > kSmallGemm;
+}
+
 // a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N]
 // (row-major matrices at any non-overlapping strides: gemm_output).
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -333,6 +395,10 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
            raw::as_strided(a, {1, k, m}, {a.stride(0), a.stride(2), a.stride(1)}, a.offset()),
            swapped);
     transpose_into(swapped.data<float>(), n, m, out.data<float>(), c.ld);
+  } else if (!mixed && out.dtype() == DType::float32 && batch == 1 &&
+             tn_on_avx512(pa, pb, m, k, n)) {
+    matmul_tn(static_cast<const float*>(pa.data), pa.layout.ld, static_cast<const float*>(pb.data),
+              pb.layout.ld, out.data<float>(), c.ld, m, k, n);
   } else {
     const Tensor first =
         runs == batch ? out : raw::as_strided(out, {1, m, n}, {m * c.ld, c.ld, 1}, out.offset());

@@ -1,8 +1,8 @@
 // The CPU backend's AVX-512 kernels (backends/cpu/avx512.h) against plain loops: the exponential
-// bit for bit, softmax rows, and the head-width product over odd sizes, strides, its row maxima
-// and its prefetch. Where the CPU (or DNNL_MAX_CPU_ISA) rules AVX-512 out, the cases say so and
-// check nothing else; the ctest case cpu_portable_attention runs attention's parity cases on the
-// portable path.
+// bit for bit, softmax rows, the head-width product over odd sizes, strides, its row maxima and
+// its prefetch, the product over the keys and the weight gradient's product. Where the CPU (or
+// DNNL_MAX_CPU_ISA) rules AVX-512 out, the cases say so and check nothing else; the ctest case
+// cpu_portable_attention runs attention's parity cases on the portable path.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -197,6 +197,50 @@ TEST_CASE("avx512: the product over the keys C = A B: one fused multiply-add cha
             float want = 0.0f;
             for (std::int64_t kk = 0; kk < k; ++kk) {
               want = std::fma(a[i * lda + kk], b[kk * ldb + j], want);
+            }
+            same = same && std::bit_cast<std::uint32_t>(c[i * ldc + j]) ==
+                               std::bit_cast<std::uint32_t>(want);
+          }
+          for (std::int64_t j = n; j < ldc; ++j) CHECK(c[i * ldc + j] == sentinel);
+        }
+        CHECK(same);
+      }
+    }
+  }
+}
+
+TEST_CASE("avx512: the weight gradient's product C = A^T B: chains of 128, added in order") {
+  if (skip()) return;
+  std::uint32_t seed = 70;
+  // m past a register tile of 6 (a short last tile repeats its last row), n past a panel of 64
+  // (masked columns), k past a chunk of 128 (each chunk's sum added to the stored one), k = 0.
+  for (std::int64_t m : {1, 5, 6, 7, 13}) {
+    for (std::int64_t n : {1, 9, 63, 64, 65, 130}) {
+      for (std::int64_t k : {0, 1, 127, 128, 129, 300}) {
+        CAPTURE(m);
+        CAPTURE(n);
+        CAPTURE(k);
+        const std::int64_t lda = m + 3, ldb = n + 5, ldc = n + 7;
+        const std::vector<float> a = random_floats(static_cast<std::size_t>(k * lda), ++seed);
+        const std::vector<float> b = random_floats(static_cast<std::size_t>(k * ldb), ++seed);
+        std::vector<float> scratch(static_cast<std::size_t>(avx512::gemm_tn_scratch_size()));
+        // C starts as garbage (the result may not depend on it) with sentinels past n.
+        const float sentinel = 42.0f;
+        std::vector<float> c = random_floats(static_cast<std::size_t>(m * ldc), ++seed);
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::int64_t j = n; j < ldc; ++j) c[i * ldc + j] = sentinel;
+        }
+        avx512::gemm_tn(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, scratch.data());
+        bool same = true;
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::int64_t j = 0; j < n; ++j) {
+            float want = 0.0f;
+            for (std::int64_t k0 = 0; k0 < k; k0 += 128) {
+              float chunk = 0.0f;
+              for (std::int64_t kk = k0; kk < k && kk < k0 + 128; ++kk) {
+                chunk = std::fma(a[kk * lda + i], b[kk * ldb + j], chunk);
+              }
+              want = k0 == 0 ? chunk : want + chunk;
             }
             same = same && std::bit_cast<std::uint32_t>(c[i * ldc + j]) ==
                                std::bit_cast<std::uint32_t>(want);

@@ -5,6 +5,7 @@
 // BLAS reads in place, the oneDNN primitive cache, error messages).
 #include <doctest/doctest.h>
 
+#include <omp.h>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -205,6 +206,55 @@ TEST_CASE("matmul: a weight gradient's product in the swapped orientation") {
       }
     }
     check_close(got, matmul_reference(a, b), tolerance(DType::float32));
+  }
+}
+
+TEST_CASE("matmul: weight gradients g^T x in parts of the sum, on one thread and on the team") {
+  // A transposed a of one matrix with M <= 512: on AVX-512 the own kernel (matmul.cpp,
+  // matmul_tn), the sum over K in parts of about 4096 rows (K = 9000: 2 parts, 13000: 3) added
+  // in order, columns and rows split between threads; elsewhere oneDNN or OpenBLAS. Every size
+  // against the float64 reference (a tolerance growing with K); the bits the same on one thread as
+  // on the team; a's leading dimension past M, b sliced, and out rows of a wider matrix.
+  struct Size {
+    std::int64_t m, k, n;
+  };
+  const Size sizes[] = {
+      {256, 1024, 256}, {7, 9000, 64}, {100, 13000, 5}, {512, 700, 130}, {13, 2100, 1000}};
+  unsigned seed = 40;
+  for (const Size& s : sizes) {
+    CAPTURE(s.m);
+    CAPTURE(s.k);
+    CAPTURE(s.n);
+    const Tensor a_base = random_tensor({1, s.k, s.m + 3}, DType::float32, ++seed);
+    const Tensor a = raw::as_strided(a_base, {1, s.m, s.k}, {s.k * (s.m + 3), 1, s.m + 3}, 1);
+    const Tensor b = make_operand(Layout::sliced, 1, s.k, s.n, DType::float32, ++seed);
+    const Tensor wide = empty_of({1, s.m, s.n + 4}, DType::float32);
+    cpu().fill(wide, 7.0);
+    const Tensor out = raw::as_strided(wide, {1, s.m, s.n}, {s.m * (s.n + 4), s.n + 4, 1}, 2);
+    cpu().matmul(a, b, out);
+    const std::vector<double> all = values(wide);
+    std::vector<double> got;
+    for (std::int64_t i = 0; i < s.m; ++i) {
+      for (std::int64_t j = 0; j < s.n + 4; ++j) {
+        const double v = all[static_cast<std::size_t>(i * (s.n + 4) + j)];
+        if (j >= 2 && j < s.n + 2) {
+          got.push_back(v);
+        } else if (v != 7.0) {
+          FAIL_CHECK("row " << i << ", column " << j << " outside the view: " << v);
+        }
+      }
+    }
+    // Sums of K products of values in [-1, 1], rounded at every step: an error of a few float32
+    // ulps of the partial sums (about sqrt(K)) per element.
+    check_close(got, matmul_reference(a, b), 1e-6 * std::sqrt(static_cast<double>(s.k)));
+    const Tensor alone = empty_of({1, s.m, s.n}, DType::float32);
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(1);
+    cpu().matmul(a, b, alone);
+    omp_set_num_threads(before);
+    const Tensor team = empty_of({1, s.m, s.n}, DType::float32);
+    cpu().matmul(a, b, team);
+    CHECK(values(alone) == values(team));
   }
 }
 
