@@ -484,6 +484,15 @@ TF_AVX512 void gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const flo
                                  lanes(n - j0 - 48)};
       for (std::int64_t i = 0; i < m; i += kTileRows) {
         const std::int64_t rows = m - i < kTileRows ? m - i : kTileRows;
+        // The next tile's sums so far into L1 while this tile runs (C outgrows L2 from about
+        // 1024 x 256).
+        if (kk0 > 0 && i + kTileRows < m) {
+          const std::int64_t next = m - i - kTileRows < kTileRows ? m - i - kTileRows : kTileRows;
+          for (std::int64_t r = 0; r < next; ++r) {
+            const char* row = reinterpret_cast<const char*>(c + (i + kTileRows + r) * ldc + j0);
+            for (int l = 0; l < 4; ++l) _mm_prefetch(row + 64 * l, _MM_HINT_T0);
+          }
+        }
         if (kk0 == 0) {
           tile_tn_6x64<false>(chunk, a + kk0 * lda + i, lda, rows, scratch, c + i * ldc + j0, ldc,
                               mask);
