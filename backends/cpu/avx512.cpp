@@ -328,6 +328,85 @@ TF_AVX512 __attribute__((noinline)) void tile_tn_6x64(std::int64_t k, const floa
 #undef TF_ROW_STORE
 }
 
+#define TF_AVX512_BF16 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,fma")))
+
+// Index vector interleaving two vectors of 16 16-bit lanes (the low halves of x and y): lane 2j
+// of permutex2var(x, idx, y) is x[j], lane 2j + 1 is y[j].
+TF_AVX512_BF16 inline __m512i pair_index() {
+  return _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38,
+                          6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+}
+
+// rows [2p, 2p + 1] of a bfloat16 matrix (row stride ld) at columns [c, c + count), count <= 16,
+// as count pairs (row 2p's element, row 2p + 1's) of 32 bits at out; `second` false: the second
+// row is past the end and reads as zeros.
+TF_AVX512_BF16 inline void pack_pairs16(const std::uint16_t* first, const std::uint16_t* second_row,
+                                        bool second, std::int64_t count, std::uint32_t* out) {
+  const __mmask16 mask = lanes(count);
+  const __m512i x = _mm512_castsi256_si512(_mm256_maskz_loadu_epi16(mask, first));
+  const __m512i y = second ? _mm512_castsi256_si512(_mm256_maskz_loadu_epi16(mask, second_row))
+                           : _mm512_setzero_si512();
+  _mm512_mask_storeu_epi32(out, mask, _mm512_permutex2var_epi16(x, pair_index(), y));
+}
+
+// The register tile of gemm_tn_bf16: out[r][cols] (+)= sum over pairs pp < pairs of the pair
+// products of a[pp * lda + r] (two bfloat16 of A's rows 2pp and 2pp + 1, packed) and panel[pp]
+// (64 such pairs of B), r < rows (at most 6), as tile_tn_6x64 does in float32.
+template <bool kAccumulate>
+TF_AVX512_BF16 __attribute__((noinline)) void tile_tn_bf16_6x64(
+    std::int64_t pairs, const std::uint32_t* a, std::int64_t lda, std::int64_t rows,
+    const std::uint32_t* panel, float* out, std::int64_t ldo, const __mmask16* mask) {
+  const std::int64_t last = rows - 1;
+  const std::int64_t o1 = 1 < last ? 1 : last, o2 = 2 < last ? 2 : last, o3 = 3 < last ? 3 : last,
+                     o4 = 4 < last ? 4 : last, o5 = 5 < last ? 5 : last;
+  float* const out_rows[kTileRows] = {
+      out, out + o1 * ldo, out + o2 * ldo, out + o3 * ldo, out + o4 * ldo, out + o5 * ldo};
+  const __mmask16 m0 = mask[0], m1 = mask[1], m2 = mask[2], m3 = mask[3];
+#define TF_ROW_INIT(r)                                                 \
+  __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(), \
+         c##r##2 = _mm512_setzero_ps(), c##r##3 = _mm512_setzero_ps()
+  TF_EACH_ROW(TF_ROW_INIT);
+#undef TF_ROW_INIT
+  const std::uint32_t* ak = a;
+  for (std::int64_t pp = 0; pp < pairs; ++pp, ak += lda) {
+    const std::uint32_t* b = panel + pp * kPanel;
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 16),
+                   b2 = (__m512bh)_mm512_loadu_si512(b + 32),
+                   b3 = (__m512bh)_mm512_loadu_si512(b + 48);
+    const std::int64_t offsets[kTileRows] = {0, o1, o2, o3, o4, o5};
+#define TF_ROW_DP(r)                                                                   \
+  do {                                                                                 \
+    const __m512bh ar = (__m512bh)_mm512_set1_epi32(static_cast<int>(ak[offsets[r]])); \
+    c##r##0 = _mm512_dpbf16_ps(c##r##0, ar, b0);                                       \
+    c##r##1 = _mm512_dpbf16_ps(c##r##1, ar, b1);                                       \
+    c##r##2 = _mm512_dpbf16_ps(c##r##2, ar, b2);                                       \
+    c##r##3 = _mm512_dpbf16_ps(c##r##3, ar, b3);                                       \
+  } while (false)
+    TF_EACH_ROW(TF_ROW_DP);
+#undef TF_ROW_DP
+  }
+  if constexpr (kAccumulate) {
+#define TF_ROW_ADD(r)                                                              \
+  do {                                                                             \
+    c##r##0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, out_rows[r]), c##r##0);      \
+    c##r##1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, out_rows[r] + 16), c##r##1); \
+    c##r##2 = _mm512_add_ps(_mm512_maskz_loadu_ps(m2, out_rows[r] + 32), c##r##2); \
+    c##r##3 = _mm512_add_ps(_mm512_maskz_loadu_ps(m3, out_rows[r] + 48), c##r##3); \
+  } while (false)
+    TF_EACH_ROW(TF_ROW_ADD);
+#undef TF_ROW_ADD
+  }
+#define TF_ROW_STORE(r)                                   \
+  do {                                                    \
+    _mm512_mask_storeu_ps(out_rows[r], m0, c##r##0);      \
+    _mm512_mask_storeu_ps(out_rows[r] + 16, m1, c##r##1); \
+    _mm512_mask_storeu_ps(out_rows[r] + 32, m2, c##r##2); \
+    _mm512_mask_storeu_ps(out_rows[r] + 48, m3, c##r##3); \
+  } while (false)
+  TF_EACH_ROW(TF_ROW_STORE);
+#undef TF_ROW_STORE
+}
+
 #undef TF_TILE_SUM
 #undef TF_EACH_ROW
 #undef TF_ROW_FMA
@@ -505,6 +584,69 @@ TF_AVX512 void gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const flo
   }
 }
 
+bool bf16_available() {
+  static const bool yes = available() && __builtin_cpu_supports("avx512bf16");
+  return yes;
+}
+
+std::int64_t gemm_tn_bf16_scratch_size(std::int64_t m) {
+  // 32-bit words: a chunk's pairs of A (kTnChunk / 2 rows of m), then one panel of B's.
+  return kTnChunk / 2 * (m + kPanel);
+}
+
+TF_AVX512_BF16 void gemm_tn_bf16(std::int64_t m, std::int64_t n, std::int64_t k,
+                                 const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
+                                 std::int64_t ldb, float* c, std::int64_t ldc,
+                                 std::uint32_t* scratch) {
+  if (k == 0) {
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = 0.0f;
+    }
+    return;
+  }
+  std::uint32_t* a_pairs = scratch;
+  std::uint32_t* panel = scratch + kTnChunk / 2 * m;
+  for (std::int64_t kk0 = 0; kk0 < k; kk0 += kTnChunk) {
+    const std::int64_t chunk = k - kk0 < kTnChunk ? k - kk0 : kTnChunk;
+    const std::int64_t pairs = (chunk + 1) / 2;
+    for (std::int64_t pp = 0; pp < pairs; ++pp) {
+      const std::uint16_t* r0 = a + (kk0 + 2 * pp) * lda;
+      const bool second = 2 * pp + 1 < chunk;
+      for (std::int64_t i = 0; i < m; i += 16) {
+        pack_pairs16(r0 + i, second ? r0 + lda + i : nullptr, second, m - i, a_pairs + pp * m + i);
+      }
+    }
+    for (std::int64_t j0 = 0; j0 < n; j0 += kPanel) {
+      const std::int64_t width = n - j0 < kPanel ? n - j0 : kPanel;
+      for (std::int64_t pp = 0; pp < pairs; ++pp) {
+        const std::uint16_t* r0 = b + (kk0 + 2 * pp) * ldb + j0;
+        const bool second = 2 * pp + 1 < chunk;
+        for (std::int64_t v = 0; v < kPanel; v += 16) {
+          // Columns past n are zero pairs (the tile's masked lanes compute nothing from them).
+          if (v < width) {
+            pack_pairs16(r0 + v, second ? r0 + ldb + v : nullptr, second, width - v,
+                         panel + pp * kPanel + v);
+          }
+          if (width - v < 16) {
+            const std::int64_t from = width - v > 0 ? width - v : 0;
+            for (std::int64_t t = from; t < 16; ++t) panel[pp * kPanel + v + t] = 0;
+          }
+        }
+      }
+      const __mmask16 mask[4] = {lanes(n - j0), lanes(n - j0 - 16), lanes(n - j0 - 32),
+                                 lanes(n - j0 - 48)};
+      for (std::int64_t i = 0; i < m; i += kTileRows) {
+        const std::int64_t rows = m - i < kTileRows ? m - i : kTileRows;
+        if (kk0 == 0) {
+          tile_tn_bf16_6x64<false>(pairs, a_pairs + i, m, rows, panel, c + i * ldc + j0, ldc, mask);
+        } else {
+          tile_tn_bf16_6x64<true>(pairs, a_pairs + i, m, rows, panel, c + i * ldc + j0, ldc, mask);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace tinyformer::cpu::avx512
 
 #else  // not x86-64: available() is false, and nothing calls the kernels
@@ -535,6 +677,14 @@ std::int64_t gemm_tn_scratch_size() {
 }
 void gemm_tn(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, const float*,
              std::int64_t, float*, std::int64_t, float*) {}
+bool bf16_available() {
+  return false;
+}
+std::int64_t gemm_tn_bf16_scratch_size(std::int64_t) {
+  return 0;
+}
+void gemm_tn_bf16(std::int64_t, std::int64_t, std::int64_t, const std::uint16_t*, std::int64_t,
+                  const std::uint16_t*, std::int64_t, float*, std::int64_t, std::uint32_t*) {}
 
 }  // namespace tinyformer::cpu::avx512
 

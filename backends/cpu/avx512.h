@@ -75,4 +75,19 @@ std::int64_t gemm_tn_scratch_size();
 void gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
              const float* b, std::int64_t ldb, float* c, std::int64_t ldc, float* scratch);
 
+// True where available() and the CPU has AVX512-BF16 (the pair dot product of bfloat16).
+bool bf16_available();
+
+// 32-bit words of scratch that gemm_tn_bf16 needs for m rows of C.
+std::int64_t gemm_tn_bf16_scratch_size(std::int64_t m);
+
+// gemm_tn for bfloat16 A and B (their bits as 16-bit integers) with a float32 C: the products of
+// mixed precision's weight gradients. A chunk of 128 rows of k at a time, A's rows and each
+// 64-column panel of B's are packed as pairs of consecutive rows, and each pair's two products
+// go into an element's sum at once (AVX512-BF16's dot product, exact products, float32 sums);
+// the chunks' sums are added in order, as in gemm_tn. Where bf16_available().
+void gemm_tn_bf16(std::int64_t m, std::int64_t n, std::int64_t k, const std::uint16_t* a,
+                  std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, float* c,
+                  std::int64_t ldc, std::uint32_t* scratch);
+
 }  // namespace tinyformer::cpu::avx512

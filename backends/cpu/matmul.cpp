@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/avx512.h"
@@ -285,13 +286,15 @@ bool swap_orientation(const GemmInput& pa, const GemmInput& pb, std::int64_t m, 
 constexpr std::int64_t kTnPartRows = 4096;
 constexpr std::int64_t kTnMaxRows = 512;
 
-// out [M, N] (row stride ldc) = a^T b for float32 a [K, M] (row stride lda) and b [K, N] (row
-// stride ldb) on avx512::gemm_tn. The sum over K runs in parts of about kTnPartRows rows, part 0
+// out [M, N] (row stride ldc, float32) = a^T b for a [K, M] (row stride lda) and b [K, N] (row
+// stride ldb) on avx512::gemm_tn (float32 T) or avx512::gemm_tn_bf16 (bfloat16's bits, T =
+// std::uint16_t). The sum over K runs in parts of about kTnPartRows rows, part 0
 // straight into out and the others into scratch, added to it in order; where there are fewer
 // parts than threads, each part's columns are cut into groups of 64-column panels, and where
 // there are too few panels, its rows into groups of 6-row tiles. One (part, columns, rows) item
 // per thread at a time.
-void matmul_tn(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* out,
+template <typename T>
+void matmul_tn(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, float* out,
                std::int64_t ldc, std::int64_t m, std::int64_t k, std::int64_t n) {
   const std::int64_t parts = std::max<std::int64_t>(1, (k + kTnPartRows / 2) / kTnPartRows);
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -304,7 +307,6 @@ void matmul_tn(const float* a, std::int64_t lda, const float* b, std::int64_t ld
   const std::int64_t items = parts * column_groups * row_groups;
 #pragma omp parallel for schedule(static) num_threads(threads) if (items > 1 && threads > 1)
   for (std::int64_t item = 0; item < items; ++item) {
-    std::vector<float> scratch(static_cast<std::size_t>(avx512::gemm_tn_scratch_size()));
     const std::int64_t p = item / (column_groups * row_groups);
     const std::int64_t g = item / row_groups % column_groups, h = item % row_groups;
     const std::int64_t k0 = k * p / parts, k1 = k * (p + 1) / parts;
@@ -314,8 +316,16 @@ void matmul_tn(const float* a, std::int64_t lda, const float* b, std::int64_t ld
                        r1 = std::min(m, tiles * (h + 1) / row_groups * 6);
     float* dst = p == 0 ? out : extra + (p - 1) * m * n;
     const std::int64_t ld = p == 0 ? ldc : n;
-    avx512::gemm_tn(r1 - r0, c1 - c0, k1 - k0, a + k0 * lda + r0, lda, b + k0 * ldb + c0, ldb,
-                    dst + r0 * ld + c0, ld, scratch.data());
+    if constexpr (std::is_same_v<T, float>) {
+      std::vector<float> scratch(static_cast<std::size_t>(avx512::gemm_tn_scratch_size()));
+      avx512::gemm_tn(r1 - r0, c1 - c0, k1 - k0, a + k0 * lda + r0, lda, b + k0 * ldb + c0, ldb,
+                      dst + r0 * ld + c0, ld, scratch.data());
+    } else {
+      std::vector<std::uint32_t> scratch(
+          static_cast<std::size_t>(avx512::gemm_tn_bf16_scratch_size(r1 - r0)));
+      avx512::gemm_tn_bf16(r1 - r0, c1 - c0, k1 - k0, a + k0 * lda + r0, lda, b + k0 * ldb + c0,
+                           ldb, dst + r0 * ld + c0, ld, scratch.data());
+    }
   }
   if (parts == 1) return;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
@@ -329,12 +339,15 @@ void matmul_tn(const float* a, std::int64_t lda, const float* b, std::int64_t ld
   }
 }
 
-// Whether a float32 out = a^T b of one matrix (a column-major, b row-major: a weight gradient)
-// runs on matmul_tn.
+// Whether out = a^T b of one matrix (a column-major, b row-major: a weight gradient) runs on
+// matmul_tn: float32, or bfloat16 operands with a float32 out (mixed precision) where the CPU has
+// AVX512-BF16 and oneDNN's bfloat16 kernels are on (bf16_matmul_fast: DNNL_MAX_CPU_ISA turns
+// both off).
 bool tn_on_avx512(const GemmInput& pa, const GemmInput& pb, std::int64_t m, std::int64_t k,
-                  std::int64_t n) {
-  return avx512::available() && pa.layout.transposed && !pb.layout.transposed && m > 1 &&
-         m <= kTnMaxRows && m * n * k > kSmallGemm;
+                  std::int64_t n, bool mixed) {
+  return (mixed ? avx512::bf16_available() && bf16_matmul_fast() : avx512::available()) &&
+         pa.layout.transposed && !pb.layout.transposed && m > 1 && m <= kTnMaxRows &&
+         m * n * k > kSmallGemm;
 }
 
 // a: [B, M, K], b: [B, K, N] (any strides; a batch stride of 0 broadcasts), out: [B, M, N]
@@ -396,9 +409,13 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
            swapped);
     transpose_into(swapped.data<float>(), n, m, out.data<float>(), c.ld);
   } else if (!mixed && out.dtype() == DType::float32 && batch == 1 &&
-             tn_on_avx512(pa, pb, m, k, n)) {
+             tn_on_avx512(pa, pb, m, k, n, false)) {
     matmul_tn(static_cast<const float*>(pa.data), pa.layout.ld, static_cast<const float*>(pb.data),
               pb.layout.ld, out.data<float>(), c.ld, m, k, n);
+  } else if (mixed && batch == 1 && tn_on_avx512(pa, pb, m, k, n, true)) {
+    matmul_tn(static_cast<const std::uint16_t*>(pa.data), pa.layout.ld,
+              static_cast<const std::uint16_t*>(pb.data), pb.layout.ld, out.data<float>(), c.ld, m,
+              k, n);
   } else {
     const Tensor first =
         runs == batch ? out : raw::as_strided(out, {1, m, n}, {m * c.ld, c.ld, 1}, out.offset());

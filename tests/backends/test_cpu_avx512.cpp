@@ -1,6 +1,7 @@
 // The CPU backend's AVX-512 kernels (backends/cpu/avx512.h) against plain loops: the exponential
 // bit for bit, softmax rows, the head-width product over odd sizes, strides, its row maxima and
-// its prefetch, the product over the keys and the weight gradient's product. Where the CPU (or
+// its prefetch, the product over the keys and the weight gradient's product (float32, and
+// bfloat16 where the CPU has AVX512-BF16). Where the CPU (or
 // DNNL_MAX_CPU_ISA) rules AVX-512 out, the cases say so and check nothing else; the ctest case
 // cpu_portable_attention runs attention's parity cases on the portable path.
 #include <doctest/doctest.h>
@@ -248,6 +249,71 @@ TEST_CASE("avx512: the weight gradient's product C = A^T B: chains of 128, added
           for (std::int64_t j = n; j < ldc; ++j) CHECK(c[i * ldc + j] == sentinel);
         }
         CHECK(same);
+      }
+    }
+  }
+}
+
+TEST_CASE("avx512: the bfloat16 weight gradient's product C = A^T B against float64 sums") {
+  if (skip()) return;
+  if (!avx512::bf16_available()) {
+    MESSAGE("no AVX512-BF16 on this CPU: the bfloat16 kernel is not used");
+    return;
+  }
+  std::uint32_t seed = 90;
+  // As the float32 kernel's case, and odd k (the last pair's second row reads as zero). The
+  // products of bfloat16 values are exact in float32, so each element may differ from the float64
+  // sum only by the float32 roundings of its sums: at most 128 per chunk plus one per chunk,
+  // each within 2^-24 of the sum of magnitudes.
+  for (std::int64_t m : {1, 5, 6, 7, 13, 37}) {
+    for (std::int64_t n : {1, 9, 63, 64, 65, 130}) {
+      for (std::int64_t k : {0, 1, 2, 127, 128, 129, 300}) {
+        CAPTURE(m);
+        CAPTURE(n);
+        CAPTURE(k);
+        const std::int64_t lda = m + 3, ldb = n + 5, ldc = n + 7;
+        // bfloat16 bits: the top half of random floats.
+        const auto bits = [](const std::vector<float>& v) {
+          std::vector<std::uint16_t> out(v.size());
+          for (std::size_t i = 0; i < v.size(); ++i) {
+            out[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v[i]) >> 16);
+          }
+          return out;
+        };
+        const auto value = [](std::uint16_t h) {
+          return static_cast<double>(std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16));
+        };
+        const std::vector<std::uint16_t> a =
+            bits(random_floats(static_cast<std::size_t>(k * lda), ++seed));
+        const std::vector<std::uint16_t> b =
+            bits(random_floats(static_cast<std::size_t>(k * ldb), ++seed));
+        std::vector<std::uint32_t> scratch(
+            static_cast<std::size_t>(avx512::gemm_tn_bf16_scratch_size(m)));
+        const float sentinel = 42.0f;
+        std::vector<float> c = random_floats(static_cast<std::size_t>(m * ldc), ++seed);
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::int64_t j = n; j < ldc; ++j) c[i * ldc + j] = sentinel;
+        }
+        avx512::gemm_tn_bf16(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, scratch.data());
+        const double steps = 128.0 + static_cast<double>(k) / 128.0 + 2.0;
+        bool close = true;
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::int64_t j = 0; j < n; ++j) {
+            double want = 0.0, magnitude = 0.0;
+            for (std::int64_t kk = 0; kk < k; ++kk) {
+              const double t = value(a[kk * lda + i]) * value(b[kk * ldb + j]);
+              want += t;
+              magnitude += std::fabs(t);
+            }
+            const double got = c[i * ldc + j];
+            if (!(std::fabs(got - want) <= steps * 0x1p-24 * magnitude)) {
+              close = false;
+              MESSAGE("C[" << i << ", " << j << "] = " << got << ", want " << want);
+            }
+          }
+          for (std::int64_t j = n; j < ldc; ++j) CHECK(c[i * ldc + j] == sentinel);
+        }
+        CHECK(close);
       }
     }
   }

@@ -3,6 +3,7 @@
 // reference within bfloat16's precision.
 #include <doctest/doctest.h>
 
+#include <omp.h>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/avx512.h"
 #include "backends/cpu/matmul.h"
 #include "core/backend.h"
 #include "core/tensor.h"
@@ -277,5 +279,69 @@ TEST_CASE(
     CHECK(largest_change > 1e-3);
   } else {
     CHECK(largest_change == 0);
+  }
+}
+
+TEST_CASE("bfloat16 operands, float32 out: weight gradients g^T x, on one thread and on the team") {
+  // Mixed precision's weight gradients: a transposed bfloat16 a of one matrix with M <= 512, a
+  // float32 out. Where the CPU has AVX512-BF16, the library's own kernel (matmul.cpp, matmul_tn):
+  // the sum over K in parts of about 4096 rows added in order (K = 9000: 2 parts), columns and
+  // rows split between threads; elsewhere oneDNN or float32. Against float64 sums of the same
+  // bfloat16 values, a's leading dimension past M, out rows of a wider matrix, and, on the own
+  // kernel, the same bits on one thread as on the team.
+  Backend& cpu = backend(Device::cpu());
+  struct Case {
+    std::int64_t m, k, n;
+  };
+  for (const Case c :
+       {Case{256, 1024, 256}, Case{7, 9000, 64}, Case{100, 2001, 5}, Case{512, 700, 130}}) {
+    CAPTURE(c.m);
+    CAPTURE(c.k);
+    CAPTURE(c.n);
+    std::mt19937 gen(static_cast<unsigned>(c.m + c.k));
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    const std::int64_t lda = c.m + 3;
+    std::vector<float> av(static_cast<std::size_t>(c.k * lda)),
+        bv(static_cast<std::size_t>(c.k * c.n));
+    for (float& v : av) v = as_float(bfloat16(dist(gen)));
+    for (float& v : bv) v = as_float(bfloat16(dist(gen)));
+    const Tensor a_store = raw::to_dtype(from<float>(av, {1, c.k, lda}), kBFloat16);
+    const Tensor a = raw::as_strided(a_store, {1, c.m, c.k}, {c.k * lda, 1, lda}, 1);
+    const Tensor b = raw::to_dtype(from<float>(bv, {1, c.k, c.n}), kBFloat16);
+    const Tensor wide = empty({1, c.m, c.n + 4});
+    cpu.fill(wide, 7.0);
+    const Tensor out = raw::as_strided(wide, {1, c.m, c.n}, {c.m * (c.n + 4), c.n + 4, 1}, 2);
+    cpu.matmul(a, b, out);
+    const std::vector<float> got = wide.to_vector<float>();
+    bool close = true, untouched = true;
+    for (std::int64_t r = 0; r < c.m; ++r) {
+      for (std::int64_t col = 0; col < c.n + 4; ++col) {
+        const float v = got[static_cast<std::size_t>(r * (c.n + 4) + col)];
+        if (col < 2 || col >= c.n + 2) {
+          untouched = untouched && v == 7.0f;
+          continue;
+        }
+        double ref = 0, mag = 0;
+        for (std::int64_t j = 0; j < c.k; ++j) {
+          const double x = av[static_cast<std::size_t>(j * lda + 1 + r)];
+          const double y = bv[static_cast<std::size_t>(j * c.n + col - 2)];
+          ref += x * y;
+          mag += std::abs(x * y);
+        }
+        // Exact products, float32 sums: chains of at most 4096 steps on any path.
+        close = close && std::abs(v - ref) <= 4096.0 * 0x1p-24 * mag;
+      }
+    }
+    CHECK(close);
+    CHECK(untouched);
+    // oneDNN's own products need not give the same bits on another number of threads.
+    if (!(cpu::avx512::bf16_available() && cpu::bf16_matmul_fast())) continue;
+    const Tensor alone = empty({1, c.m, c.n}), team = empty({1, c.m, c.n});
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(1);
+    cpu.matmul(a, b, alone);
+    omp_set_num_threads(before);
+    cpu.matmul(a, b, team);
+    CHECK(alone.to_vector<float>() == team.to_vector<float>());
   }
 }
