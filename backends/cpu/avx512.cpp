@@ -261,6 +261,45 @@ TF_AVX512 __attribute__((noinline)) void tile_nn_6x64(std::int64_t k, const floa
 // the next panels.
 constexpr std::int64_t kTnChunk = 128;
 
+// The start of a gemm_tn register tile (float32 or bfloat16 operands, rows <= 6 of out at row
+// stride ldo, column masks mask[4]): the offsets o1 .. o5 of its rows (a short tile repeats its
+// last row), their outputs, the masks, and the 24 accumulators at zero.
+#define TF_TN_TILE_BEGIN                                                                           \
+  const std::int64_t last = rows - 1;                                                              \
+  const std::int64_t o1 = 1 < last ? 1 : last, o2 = 2 < last ? 2 : last, o3 = 3 < last ? 3 : last, \
+                     o4 = 4 < last ? 4 : last, o5 = 5 < last ? 5 : last;                           \
+  float* const out_rows[kTileRows] = {                                                             \
+      out, out + o1 * ldo, out + o2 * ldo, out + o3 * ldo, out + o4 * ldo, out + o5 * ldo};        \
+  const __mmask16 m0 = mask[0], m1 = mask[1], m2 = mask[2], m3 = mask[3];                          \
+  TF_EACH_ROW(TF_TN_ROW_ZERO)
+#define TF_TN_ROW_ZERO(r)                                              \
+  __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(), \
+         c##r##2 = _mm512_setzero_ps(), c##r##3 = _mm512_setzero_ps()
+
+// The end of a gemm_tn register tile: with kAccumulate, out's values added to the sums (every
+// row's before any is stored: a short tile's repeated rows share out), then the stores.
+#define TF_TN_TILE_END            \
+  do {                            \
+    if constexpr (kAccumulate) {  \
+      TF_EACH_ROW(TF_TN_ROW_ADD); \
+    }                             \
+    TF_EACH_ROW(TF_TN_ROW_STORE); \
+  } while (false)
+#define TF_TN_ROW_ADD(r)                                                           \
+  do {                                                                             \
+    c##r##0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, out_rows[r]), c##r##0);      \
+    c##r##1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, out_rows[r] + 16), c##r##1); \
+    c##r##2 = _mm512_add_ps(_mm512_maskz_loadu_ps(m2, out_rows[r] + 32), c##r##2); \
+    c##r##3 = _mm512_add_ps(_mm512_maskz_loadu_ps(m3, out_rows[r] + 48), c##r##3); \
+  } while (false)
+#define TF_TN_ROW_STORE(r)                                \
+  do {                                                    \
+    _mm512_mask_storeu_ps(out_rows[r], m0, c##r##0);      \
+    _mm512_mask_storeu_ps(out_rows[r] + 16, m1, c##r##1); \
+    _mm512_mask_storeu_ps(out_rows[r] + 32, m2, c##r##2); \
+    _mm512_mask_storeu_ps(out_rows[r] + 48, m3, c##r##3); \
+  } while (false)
+
 // The register tile of gemm_tn: out[r][cols] (+)= sum over kk < k of a[kk * lda + r] times
 // panel[kk][0:64] for r < rows (at most 6): row r of the tile is column r of A's storage, so the
 // six factors of step kk are neighbours in A's row kk. A short tile repeats its last row (which
@@ -271,17 +310,7 @@ TF_AVX512 __attribute__((noinline)) void tile_tn_6x64(std::int64_t k, const floa
                                                       std::int64_t lda, std::int64_t rows,
                                                       const float* panel, float* out,
                                                       std::int64_t ldo, const __mmask16* mask) {
-  const std::int64_t last = rows - 1;
-  const std::int64_t o1 = 1 < last ? 1 : last, o2 = 2 < last ? 2 : last, o3 = 3 < last ? 3 : last,
-                     o4 = 4 < last ? 4 : last, o5 = 5 < last ? 5 : last;
-  float* const out_rows[kTileRows] = {
-      out, out + o1 * ldo, out + o2 * ldo, out + o3 * ldo, out + o4 * ldo, out + o5 * ldo};
-  const __mmask16 m0 = mask[0], m1 = mask[1], m2 = mask[2], m3 = mask[3];
-#define TF_ROW_INIT(r)                                                 \
-  __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(), \
-         c##r##2 = _mm512_setzero_ps(), c##r##3 = _mm512_setzero_ps()
-  TF_EACH_ROW(TF_ROW_INIT);
-#undef TF_ROW_INIT
+  TF_TN_TILE_BEGIN;
   const float* ak = a;
   for (std::int64_t kk = 0; kk < k; ++kk, ak += lda) {
     const float* b = panel + kk * kPanel;
@@ -305,27 +334,7 @@ TF_AVX512 __attribute__((noinline)) void tile_tn_6x64(std::int64_t k, const floa
     TF_ROW_FMA(4, 0);
     TF_ROW_FMA(5, 0);
   }
-  // Every row's sum is formed before any is stored: a short tile's repeated rows share out.
-  if constexpr (kAccumulate) {
-#define TF_ROW_ADD(r)                                                              \
-  do {                                                                             \
-    c##r##0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, out_rows[r]), c##r##0);      \
-    c##r##1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, out_rows[r] + 16), c##r##1); \
-    c##r##2 = _mm512_add_ps(_mm512_maskz_loadu_ps(m2, out_rows[r] + 32), c##r##2); \
-    c##r##3 = _mm512_add_ps(_mm512_maskz_loadu_ps(m3, out_rows[r] + 48), c##r##3); \
-  } while (false)
-    TF_EACH_ROW(TF_ROW_ADD);
-#undef TF_ROW_ADD
-  }
-#define TF_ROW_STORE(r)                                   \
-  do {                                                    \
-    _mm512_mask_storeu_ps(out_rows[r], m0, c##r##0);      \
-    _mm512_mask_storeu_ps(out_rows[r] + 16, m1, c##r##1); \
-    _mm512_mask_storeu_ps(out_rows[r] + 32, m2, c##r##2); \
-    _mm512_mask_storeu_ps(out_rows[r] + 48, m3, c##r##3); \
-  } while (false)
-  TF_EACH_ROW(TF_ROW_STORE);
-#undef TF_ROW_STORE
+  TF_TN_TILE_END;
 }
 
 #define TF_AVX512_BF16 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,fma")))
@@ -356,17 +365,7 @@ template <bool kAccumulate>
 TF_AVX512_BF16 __attribute__((noinline)) void tile_tn_bf16_6x64(
     std::int64_t pairs, const std::uint32_t* a, std::int64_t lda, std::int64_t rows,
     const std::uint32_t* panel, float* out, std::int64_t ldo, const __mmask16* mask) {
-  const std::int64_t last = rows - 1;
-  const std::int64_t o1 = 1 < last ? 1 : last, o2 = 2 < last ? 2 : last, o3 = 3 < last ? 3 : last,
-                     o4 = 4 < last ? 4 : last, o5 = 5 < last ? 5 : last;
-  float* const out_rows[kTileRows] = {
-      out, out + o1 * ldo, out + o2 * ldo, out + o3 * ldo, out + o4 * ldo, out + o5 * ldo};
-  const __mmask16 m0 = mask[0], m1 = mask[1], m2 = mask[2], m3 = mask[3];
-#define TF_ROW_INIT(r)                                                 \
-  __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(), \
-         c##r##2 = _mm512_setzero_ps(), c##r##3 = _mm512_setzero_ps()
-  TF_EACH_ROW(TF_ROW_INIT);
-#undef TF_ROW_INIT
+  TF_TN_TILE_BEGIN;
   const std::uint32_t* ak = a;
   for (std::int64_t pp = 0; pp < pairs; ++pp, ak += lda) {
     const std::uint32_t* b = panel + pp * kPanel;
@@ -385,28 +384,14 @@ TF_AVX512_BF16 __attribute__((noinline)) void tile_tn_bf16_6x64(
     TF_EACH_ROW(TF_ROW_DP);
 #undef TF_ROW_DP
   }
-  if constexpr (kAccumulate) {
-#define TF_ROW_ADD(r)                                                              \
-  do {                                                                             \
-    c##r##0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, out_rows[r]), c##r##0);      \
-    c##r##1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, out_rows[r] + 16), c##r##1); \
-    c##r##2 = _mm512_add_ps(_mm512_maskz_loadu_ps(m2, out_rows[r] + 32), c##r##2); \
-    c##r##3 = _mm512_add_ps(_mm512_maskz_loadu_ps(m3, out_rows[r] + 48), c##r##3); \
-  } while (false)
-    TF_EACH_ROW(TF_ROW_ADD);
-#undef TF_ROW_ADD
-  }
-#define TF_ROW_STORE(r)                                   \
-  do {                                                    \
-    _mm512_mask_storeu_ps(out_rows[r], m0, c##r##0);      \
-    _mm512_mask_storeu_ps(out_rows[r] + 16, m1, c##r##1); \
-    _mm512_mask_storeu_ps(out_rows[r] + 32, m2, c##r##2); \
-    _mm512_mask_storeu_ps(out_rows[r] + 48, m3, c##r##3); \
-  } while (false)
-  TF_EACH_ROW(TF_ROW_STORE);
-#undef TF_ROW_STORE
+  TF_TN_TILE_END;
 }
 
+#undef TF_TN_TILE_BEGIN
+#undef TF_TN_ROW_ZERO
+#undef TF_TN_TILE_END
+#undef TF_TN_ROW_ADD
+#undef TF_TN_ROW_STORE
 #undef TF_TILE_SUM
 #undef TF_EACH_ROW
 #undef TF_ROW_FMA
