@@ -32,6 +32,22 @@ TF_AVX512 inline __mmask16 lanes(std::int64_t count) {
   return static_cast<__mmask16>((1u << count) - 1u);
 }
 
+// The masks of a panel's four vectors of 16 columns, `cols` columns of the matrix left from the
+// panel's first: lanes past the matrix's end are off.
+struct PanelMasks {
+  __mmask16 v[4];
+};
+TF_AVX512 inline PanelMasks panel_masks(std::int64_t cols) {
+  return {{lanes(cols), lanes(cols - 16), lanes(cols - 32), lanes(cols - 48)}};
+}
+
+// C [m, n] (row stride ldc) = 0: a product's empty sum (k = 0).
+void zero_matrix(std::int64_t m, std::int64_t n, float* c, std::int64_t ldc) {
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = 0.0f;
+  }
+}
+
 // math::exp_poly_nonpositive on 16 lanes, the same operations in the same order: the bits of the
 // scalar function for every x <= 0 and NaN where the compiler contracts its products and sums
 // into the same fused multiply-adds (GCC from -O2 on), within one ulp where it does not
@@ -228,15 +244,15 @@ TF_AVX512 void rows_nt(std::int64_t rows, std::int64_t n, std::int64_t k, float 
 // The register tile of gemm_nn: out[r][cols] (+)= sum over kk < k of a[r][offset + kk] times
 // panel[kk][0:64], for the 6 rows at a[r] and out[r] (pointers, so that a short tile repeats a
 // row: the repeated row computes and stores the same values). The columns past the matrix's end
-// are masked off (mask[v] for the v-th vector of 16). Starts from zero, or from out with
+// are masked off (mask.v[i] for the i-th vector of 16). Starts from zero, or from out with
 // kAccumulate: one fused multiply-add chain per element across the calls over consecutive kk.
 template <bool kAccumulate>
 TF_AVX512 __attribute__((noinline)) void tile_nn_6x64(std::int64_t k, const float* const* a,
                                                       std::int64_t offset, const float* panel,
-                                                      float* const* out, const __mmask16* mask) {
+                                                      float* const* out, const PanelMasks& mask) {
   const float *a0 = a[0] + offset, *a1 = a[1] + offset, *a2 = a[2] + offset, *a3 = a[3] + offset,
               *a4 = a[4] + offset, *a5 = a[5] + offset;
-  const __mmask16 m0 = mask[0], m1 = mask[1], m2 = mask[2], m3 = mask[3];
+  const __mmask16 m0 = mask.v[0], m1 = mask.v[1], m2 = mask.v[2], m3 = mask.v[3];
 #define TF_ROW_INIT(r)                                                                         \
   __m512 c##r##0 = kAccumulate ? _mm512_maskz_loadu_ps(m0, out[r]) : _mm512_setzero_ps(),      \
          c##r##1 = kAccumulate ? _mm512_maskz_loadu_ps(m1, out[r] + 16) : _mm512_setzero_ps(), \
@@ -262,7 +278,7 @@ TF_AVX512 __attribute__((noinline)) void tile_nn_6x64(std::int64_t k, const floa
 constexpr std::int64_t kTnChunk = 128;
 
 // The start of a gemm_tn register tile (float32 or bfloat16 operands, rows <= 6 of out at row
-// stride ldo, column masks mask[4]): the offsets o1 .. o5 of its rows (a short tile repeats its
+// stride ldo, column masks `mask`): the offsets o1 .. o5 of its rows (a short tile repeats its
 // last row), their outputs, the masks, and the 24 accumulators at zero.
 #define TF_TN_TILE_BEGIN                                                                           \
   const std::int64_t last = rows - 1;                                                              \
@@ -270,7 +286,7 @@ constexpr std::int64_t kTnChunk = 128;
                      o4 = 4 < last ? 4 : last, o5 = 5 < last ? 5 : last;                           \
   float* const out_rows[kTileRows] = {                                                             \
       out, out + o1 * ldo, out + o2 * ldo, out + o3 * ldo, out + o4 * ldo, out + o5 * ldo};        \
-  const __mmask16 m0 = mask[0], m1 = mask[1], m2 = mask[2], m3 = mask[3];                          \
+  const __mmask16 m0 = mask.v[0], m1 = mask.v[1], m2 = mask.v[2], m3 = mask.v[3];                  \
   TF_EACH_ROW(TF_TN_ROW_ZERO)
 #define TF_TN_ROW_ZERO(r)                                              \
   __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(), \
@@ -309,7 +325,7 @@ template <bool kAccumulate>
 TF_AVX512 __attribute__((noinline)) void tile_tn_6x64(std::int64_t k, const float* a,
                                                       std::int64_t lda, std::int64_t rows,
                                                       const float* panel, float* out,
-                                                      std::int64_t ldo, const __mmask16* mask) {
+                                                      std::int64_t ldo, const PanelMasks& mask) {
   TF_TN_TILE_BEGIN;
   const float* ak = a;
   for (std::int64_t kk = 0; kk < k; ++kk, ak += lda) {
@@ -364,7 +380,7 @@ TF_AVX512_BF16 inline void pack_pairs16(const std::uint16_t* first, const std::u
 template <bool kAccumulate>
 TF_AVX512_BF16 __attribute__((noinline)) void tile_tn_bf16_6x64(
     std::int64_t pairs, const std::uint32_t* a, std::int64_t lda, std::int64_t rows,
-    const std::uint32_t* panel, float* out, std::int64_t ldo, const __mmask16* mask) {
+    const std::uint32_t* panel, float* out, std::int64_t ldo, const PanelMasks& mask) {
   TF_TN_TILE_BEGIN;
   const std::uint32_t* ak = a;
   for (std::int64_t pp = 0; pp < pairs; ++pp, ak += lda) {
@@ -482,13 +498,12 @@ TF_AVX512 void pack_nn(const float* b, std::int64_t ldb, std::int64_t k, std::in
                        float* packed) {
   for (std::int64_t j0 = 0; j0 < n; j0 += kPanel) {
     float* panel = packed + j0 * k;
-    const __mmask16 mask[4] = {lanes(n - j0), lanes(n - j0 - 16), lanes(n - j0 - 32),
-                               lanes(n - j0 - 48)};
+    const PanelMasks mask = panel_masks(n - j0);
     for (std::int64_t kk = 0; kk < k; ++kk) {
       const float* row = b + kk * ldb + j0;
       for (std::int64_t v = 0; v < 4; ++v) {
         _mm512_storeu_ps(panel + kk * kPanel + 16 * v,
-                         _mm512_maskz_loadu_ps(mask[v], row + 16 * v));
+                         _mm512_maskz_loadu_ps(mask.v[v], row + 16 * v));
       }
     }
   }
@@ -496,12 +511,7 @@ TF_AVX512 void pack_nn(const float* b, std::int64_t ldb, std::int64_t k, std::in
 
 TF_AVX512 void gemm_nn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
                        std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc) {
-  if (k == 0) {
-    for (std::int64_t i = 0; i < m; ++i) {
-      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = 0.0f;
-    }
-    return;
-  }
+  if (k == 0) return zero_matrix(m, n, c, ldc);
   for (std::int64_t kk0 = 0; kk0 < k; kk0 += kNnChunk) {
     const std::int64_t chunk = k - kk0 < kNnChunk ? k - kk0 : kNnChunk;
     for (std::int64_t i = 0; i < m; i += kTileRows) {
@@ -514,8 +524,7 @@ TF_AVX512 void gemm_nn(std::int64_t m, std::int64_t n, std::int64_t k, const flo
           a_rows[r] = a + row * lda;
           out_rows[r] = c + row * ldc + j0;
         }
-        const __mmask16 mask[4] = {lanes(n - j0), lanes(n - j0 - 16), lanes(n - j0 - 32),
-                                   lanes(n - j0 - 48)};
+        const PanelMasks mask = panel_masks(n - j0);
         const float* panel = packed_b + j0 * k + kk0 * kPanel;
         if (kk0 == 0) {
           tile_nn_6x64<false>(chunk, a_rows, kk0, panel, out_rows, mask);
@@ -534,18 +543,12 @@ std::int64_t gemm_tn_scratch_size() {
 TF_AVX512 void gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
                        std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                        std::int64_t ldc, float* scratch) {
-  if (k == 0) {
-    for (std::int64_t i = 0; i < m; ++i) {
-      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = 0.0f;
-    }
-    return;
-  }
+  if (k == 0) return zero_matrix(m, n, c, ldc);
   for (std::int64_t kk0 = 0; kk0 < k; kk0 += kTnChunk) {
     const std::int64_t chunk = k - kk0 < kTnChunk ? k - kk0 : kTnChunk;
     for (std::int64_t j0 = 0; j0 < n; j0 += kPanel) {
       pack_nn(b + kk0 * ldb + j0, ldb, chunk, n - j0 < kPanel ? n - j0 : kPanel, scratch);
-      const __mmask16 mask[4] = {lanes(n - j0), lanes(n - j0 - 16), lanes(n - j0 - 32),
-                                 lanes(n - j0 - 48)};
+      const PanelMasks mask = panel_masks(n - j0);
       for (std::int64_t i = 0; i < m; i += kTileRows) {
         const std::int64_t rows = m - i < kTileRows ? m - i : kTileRows;
         // The next tile's sums so far into L1 while this tile runs (C outgrows L2 from about
@@ -583,12 +586,7 @@ TF_AVX512_BF16 void gemm_tn_bf16(std::int64_t m, std::int64_t n, std::int64_t k,
                                  const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
                                  std::int64_t ldb, float* c, std::int64_t ldc,
                                  std::uint32_t* scratch) {
-  if (k == 0) {
-    for (std::int64_t i = 0; i < m; ++i) {
-      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = 0.0f;
-    }
-    return;
-  }
+  if (k == 0) return zero_matrix(m, n, c, ldc);
   std::uint32_t* a_pairs = scratch;
   std::uint32_t* panel = scratch + kTnChunk / 2 * m;
   for (std::int64_t kk0 = 0; kk0 < k; kk0 += kTnChunk) {
@@ -618,8 +616,7 @@ TF_AVX512_BF16 void gemm_tn_bf16(std::int64_t m, std::int64_t n, std::int64_t k,
           }
         }
       }
-      const __mmask16 mask[4] = {lanes(n - j0), lanes(n - j0 - 16), lanes(n - j0 - 32),
-                                 lanes(n - j0 - 48)};
+      const PanelMasks mask = panel_masks(n - j0);
       for (std::int64_t i = 0; i < m; i += kTileRows) {
         const std::int64_t rows = m - i < kTileRows ? m - i : kTileRows;
         if (kk0 == 0) {

@@ -14,6 +14,9 @@
 //   float64: cblas_dgemm per batch element (oneDNN has no float64 matmul);
 //   bfloat16: one oneDNN bfloat16 product with float32 accumulation where oneDNN has a bfloat16
 //     kernel for this CPU (bf16_matmul_native), else float32 products of the widened operands;
+//     a single mixed-precision weight gradient (bfloat16 operands, the first transposed, a
+//     float32 out, M <= 512) on the own kernel where the CPU has AVX512-BF16 (matmul_tn,
+//     avx512::gemm_tn_bf16);
 //   float32 under set_matmul_precision(bf16), above the small-product size and where the CPU has
 //     bfloat16 instructions (bf16_matmul_fast): both operands rounded to bfloat16, one bfloat16
 //     product with a float32 result (matmul_bf16_operands); elsewhere exact float32.
