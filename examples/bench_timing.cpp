@@ -1,9 +1,13 @@
 // Interleaved timing with a stop rule on paired ratios (bench_timing.h says why).
 #include "bench_timing.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
@@ -33,7 +37,72 @@ nlohmann::json number(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
+// The values whose flag is set, or, when fewer than kMinQuietRounds are, all of them (or none,
+// with `all_if_few` false).
+std::vector<double> counted_values(const std::vector<double>& values,
+                                   const std::vector<bool>& flags, bool all_if_few = true) {
+  std::vector<double> kept;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (flags.at(i)) kept.push_back(values[i]);
+  }
+  if (static_cast<int>(kept.size()) >= kMinQuietRounds) return kept;
+  return all_if_few ? values : std::vector<double>{};
+}
+
 }  // namespace
+
+std::shared_ptr<Probe> core_probe(int trips) {
+  auto probe = std::make_shared<Probe>();
+  probe->what = "a cache line's round trip between two threads, ns";
+  // The line the two threads hand each other, alone in its cache line.
+  struct alignas(64) Line {
+    std::atomic<int> turn{0};
+  };
+  auto line = std::make_shared<Line>();
+  probe->measure = [trips, line] {
+    if (omp_get_max_threads() < 2) return 0.0;
+    double ns = 0;
+    line->turn.store(0);
+#pragma omp parallel num_threads(2)
+    {
+      const int me = omp_get_thread_num();
+#pragma omp barrier
+      const double t0 = steady_seconds();
+      // Thread 0 writes odd turns and waits for the even reply; thread 1 the other way round.
+      for (int i = 0; i < trips; ++i) {
+        const int mine = 2 * i + 1 + me, theirs = 2 * i + me;
+        while (line->turn.load(std::memory_order_acquire) != theirs) {
+        }
+        line->turn.store(mine, std::memory_order_release);
+      }
+      if (me == 0) {
+        while (line->turn.load(std::memory_order_acquire) != 2 * trips) {
+        }
+        ns = (steady_seconds() - t0) * 1e9 / trips;
+      }
+    }
+    return ns;
+  };
+  return probe;
+}
+
+std::vector<std::vector<bool>> quiet_times(const std::vector<std::vector<double>>& probes,
+                                           std::size_t jobs, double limit) {
+  std::vector<std::vector<bool>> quiet(jobs, std::vector<bool>(probes.size(), false));
+  for (std::size_t round = 0; round < probes.size(); ++round) {
+    const std::vector<double>& p = probes[round];
+    if (p.size() != jobs + 1) {
+      throw std::invalid_argument("bench::quiet_times: round " + std::to_string(round) + " has " +
+                                  std::to_string(p.size()) + " probes, expected " +
+                                  std::to_string(jobs + 1));
+    }
+    const std::vector<std::size_t> order = round_order(jobs, round);
+    for (std::size_t pos = 0; pos < jobs; ++pos) {
+      quiet[order[pos]][round] = p[pos] <= limit && p[pos + 1] <= limit;
+    }
+  }
+  return quiet;
+}
 
 double median(std::vector<double> v) {
   if (v.empty()) return kNaN;
@@ -158,6 +227,35 @@ std::pair<double, std::string> Result::largest_spread() const {
   return worst;
 }
 
+std::string Result::quiet_summary() const {
+  if (probes.empty()) return "";
+  int quiet_rounds = 0;
+  for (std::size_t round = 0; round < probes.size(); ++round) {
+    bool all = true;
+    for (const JobStats& j : jobs) all = all && j.quiet.at(round);
+    quiet_rounds += all ? 1 : 0;
+  }
+  int fewest = rounds;
+  for (const JobStats& j : jobs) fewest = std::min(fewest, j.counted);
+  std::string s =
+      format("probe (%s) at most %.1f, %.2fx its fastest, around every job in %d of %d rounds",
+             rule.probe ? rule.probe->what.c_str() : "?", quiet_limit,
+             rule.probe ? rule.probe->quiet_factor : kNaN, quiet_rounds, rounds);
+  // A job or ratio with fewer quiet times than kMinQuietRounds has its statistics over all.
+  auto few = [](const std::vector<bool>& quiet) {
+    return std::count(quiet.begin(), quiet.end(), true) < kMinQuietRounds;
+  };
+  bool fallback = false;
+  for (const JobStats& j : jobs) fallback = fallback || few(j.quiet);
+  for (const RatioStats& r : ratios) fallback = fallback || few(r.quiet);
+  s += fallback ? format(
+                      "; FEWER than %d quiet times for some jobs or ratios: theirs are over "
+                      "every round, loaded ones included",
+                      kMinQuietRounds)
+                : format("; statistics over the quiet times (at least %d per job)", fewest);
+  return s;
+}
+
 std::string Result::summary() const {
   const auto [spread, name] = largest_spread();
   std::string s =
@@ -185,15 +283,15 @@ std::string Result::report() const {
   std::string s;
   for (const JobStats& j : jobs) {
     s += format("  %-56s median %10.3f ms  min %10.3f ms  IQR/median %6s  %d rounds\n",
-                j.name.c_str(), j.median_ms, j.min_ms, percent(j.spread).c_str(),
-                static_cast<int>(j.ms.size()));
+                j.name.c_str(), j.median_ms, j.min_ms, percent(j.spread).c_str(), j.counted);
   }
   for (const RatioStats& r : ratios) {
     s += format("  %-56s median %8.3f  +- %6s (95%% CI of the median)  IQR/median %6s%s\n",
                 r.name.c_str(), r.median, percent(r.spread).c_str(), percent(r.iqr).c_str(),
                 r.watched ? "" : "  [not watched]");
   }
-  return s + "  " + summary() + "\n";
+  const std::string quiet = quiet_summary();
+  return s + "  " + summary() + "\n" + (quiet.empty() ? "" : "  " + quiet + "\n");
 }
 
 nlohmann::json Result::to_json() const {
@@ -205,6 +303,9 @@ nlohmann::json Result::to_json() const {
                       {"budget_s", rule.budget_s},
                       {"min_rounds", rule.min_rounds},
                       {"max_rounds", rule.max_rounds},
+                      {"probe", rule.probe ? rule.probe->what : std::string()},
+                      {"probes", probes},
+                      {"quiet_limit", number(quiet_limit)},
                       {"jobs", nlohmann::json::array()},
                       {"ratios", nlohmann::json::array()}};
   for (const JobStats& s : jobs) {
@@ -212,24 +313,33 @@ nlohmann::json Result::to_json() const {
                          {"median_ms", number(s.median_ms)},
                          {"min_ms", number(s.min_ms)},
                          {"spread", number(s.spread)},
-                         {"ms", s.ms}});
+                         {"counted", s.counted},
+                         {"ms", s.ms},
+                         {"quiet", s.quiet}});
   }
   for (const RatioStats& r : ratios) {
     j["ratios"].push_back({{"name", r.name},
                            {"median", number(r.median)},
                            {"spread", number(r.spread)},
                            {"iqr", number(r.iqr)},
+                           {"counted", r.counted},
                            {"watched", r.watched},
-                           {"values", r.values}});
+                           {"values", r.values},
+                           {"quiet", r.quiet}});
   }
   return j;
 }
 
 Result summarize(const std::vector<Job>& jobs, const std::vector<Ratio>& ratios,
-                 std::vector<std::vector<double>> ms) {
+                 std::vector<std::vector<double>> ms, const std::vector<std::vector<bool>>& quiet) {
   if (ms.size() != jobs.size()) {
     throw std::invalid_argument("bench::summarize: timings for " + std::to_string(ms.size()) +
                                 " jobs, expected " + std::to_string(jobs.size()));
+  }
+  if (!quiet.empty() && quiet.size() != jobs.size()) {
+    throw std::invalid_argument("bench::summarize: quiet flags for " +
+                                std::to_string(quiet.size()) + " jobs, expected " +
+                                std::to_string(jobs.size()));
   }
   Result r;
   r.rounds = jobs.empty() ? 0 : static_cast<int>(ms[0].size());
@@ -237,9 +347,12 @@ Result summarize(const std::vector<Job>& jobs, const std::vector<Ratio>& ratios,
     JobStats s;
     s.name = jobs[i].name;
     s.ms = std::move(ms[i]);
-    s.median_ms = median(s.ms);
-    s.min_ms = s.ms.empty() ? kNaN : *std::min_element(s.ms.begin(), s.ms.end());
-    s.spread = relative_iqr(s.ms);
+    s.quiet = quiet.empty() ? std::vector<bool>(s.ms.size(), true) : quiet[i];
+    const std::vector<double> counted = counted_values(s.ms, s.quiet);
+    s.counted = static_cast<int>(counted.size());
+    s.median_ms = median(counted);
+    s.min_ms = counted.empty() ? kNaN : *std::min_element(counted.begin(), counted.end());
+    s.spread = relative_iqr(counted);
     r.jobs.push_back(std::move(s));
   }
   for (const Ratio& ratio : ratios) {
@@ -249,10 +362,15 @@ Result summarize(const std::vector<Job>& jobs, const std::vector<Ratio>& ratios,
     }
     RatioStats s;
     s.name = ratio.name;
-    s.values = paired_ratios(r.jobs[ratio.numerator].ms, r.jobs[ratio.denominator].ms);
-    s.median = median(s.values);
-    s.spread = median_ci_halfwidth(s.values);
-    s.iqr = relative_iqr(s.values);
+    const JobStats &num = r.jobs[ratio.numerator], &den = r.jobs[ratio.denominator];
+    s.values = paired_ratios(num.ms, den.ms);
+    s.quiet.resize(s.values.size());
+    for (std::size_t k = 0; k < s.values.size(); ++k) s.quiet[k] = num.quiet[k] && den.quiet[k];
+    const std::vector<double> counted = counted_values(s.values, s.quiet);
+    s.counted = static_cast<int>(counted.size());
+    s.median = median(counted);
+    s.spread = median_ci_halfwidth(counted);
+    s.iqr = relative_iqr(counted);
     s.watched = ratio.watched;
     r.ratios.push_back(std::move(s));
   }
@@ -280,12 +398,19 @@ Result run(const std::vector<Job>& jobs, const std::vector<Ratio>& ratios, const
     job.run();
     return (now() - t0) * 1e3;
   };
+  Probe* const probe = rule.probe.get();
+  auto measure_probe = [&] {
+    const double value = probe->measure();
+    probe->fastest = std::min(probe->fastest, value);
+    return value;
+  };
 
   // Warm-up rounds, in the rotating order as well.
   int warmup = 0;
   std::vector<double> previous(jobs.size(), kNaN), latest(jobs.size(), kNaN);
   while (warmup < rule.max_warmup) {
     for (std::size_t j : round_order(jobs.size(), static_cast<std::size_t>(warmup))) {
+      if (probe != nullptr) measure_probe();  // the probe's first reads, and the same rhythm
       latest[j] = time_once(jobs[j]);
     }
     ++warmup;
@@ -298,47 +423,89 @@ Result run(const std::vector<Job>& jobs, const std::vector<Ratio>& ratios, const
     if (warmup >= rule.min_warmup && settled) break;
   }
 
-  std::vector<std::vector<double>> ms(jobs.size());
+  std::vector<std::vector<double>> ms(jobs.size()), probes;
   std::vector<double> round_seconds;
+  auto quiet_limit = [&] { return probe->fastest * probe->quiet_factor; };
   std::optional<StopReason> stop;
   for (int round = 0; !stop; ++round) {
     const double round_start = now();
+    std::vector<double> round_probes;
     for (std::size_t j : round_order(jobs.size(), static_cast<std::size_t>(round))) {
+      if (probe != nullptr) round_probes.push_back(measure_probe());
       ms[j].push_back(time_once(jobs[j]));
+    }
+    if (probe != nullptr) {
+      round_probes.push_back(measure_probe());
+      probes.push_back(std::move(round_probes));
     }
     round_seconds.push_back(now() - round_start);
 
+    const std::vector<std::vector<bool>> quiet =
+        probe != nullptr ? quiet_times(probes, jobs.size(), quiet_limit())
+                         : std::vector<std::vector<bool>>{};
+    auto flags = [&](std::size_t j) {
+      return quiet.empty() ? std::vector<bool>(ms[j].size(), true) : quiet[j];
+    };
     std::vector<double> spreads;
+    bool enough_quiet = true;  // every watched ratio (or job) has kMinQuietRounds quiet times
+    auto count_quiet = [&](const std::vector<bool>& f) {
+      enough_quiet = enough_quiet && std::count(f.begin(), f.end(), true) >= kMinQuietRounds;
+    };
     for (const Ratio& ratio : ratios) {
       if (!ratio.watched) continue;
-      spreads.push_back(
-          median_ci_halfwidth(paired_ratios(ms.at(ratio.numerator), ms.at(ratio.denominator))));
+      const std::vector<bool> a = flags(ratio.numerator), b = flags(ratio.denominator);
+      std::vector<bool> both(a.size());
+      for (std::size_t k = 0; k < a.size(); ++k) both[k] = a[k] && b[k];
+      count_quiet(both);
+      // Too few quiet rounds yet: not known (NaN), so the run goes on.
+      spreads.push_back(median_ci_halfwidth(counted_values(
+          paired_ratios(ms.at(ratio.numerator), ms.at(ratio.denominator)), both, false)));
     }
     if (spreads.empty()) {
-      for (const auto& t : ms) spreads.push_back(median_ci_halfwidth(t));
+      for (std::size_t j = 0; j < ms.size(); ++j) {
+        spreads.push_back(median_ci_halfwidth(counted_values(ms[j], flags(j), false)));
+        count_quiet(flags(j));
+      }
     }
-    stop = stop_decision(rule, round + 1, now() - start, median(round_seconds), spreads);
+    StopRule now_rule = rule;
+    if (!enough_quiet) now_rule.budget_s *= rule.quiet_budget_factor;
+    stop = stop_decision(now_rule, round + 1, now() - start, median(round_seconds), spreads);
   }
 
-  Result r = summarize(jobs, ratios, std::move(ms));
+  const double limit = probe != nullptr ? quiet_limit() : kNaN;
+  const std::vector<std::vector<bool>> quiet =
+      probe != nullptr ? quiet_times(probes, jobs.size(), limit) : std::vector<std::vector<bool>>{};
+  Result r = summarize(jobs, ratios, std::move(ms), quiet);
   r.rule = rule;
   r.warmup_rounds = warmup;
   r.seconds = now() - start;
   r.stop = *stop;
+  r.probes = std::move(probes);
+  r.quiet_limit = limit;
   return r;
 }
 
 std::string describe(const StopRule& rule) {
+  const std::string probe =
+      rule.probe ? format(
+                       "; a probe (%s) before every job and after each round's last, and "
+                       "the statistics over the times with both probes around them within "
+                       "%.2fx of the fastest (the budget up to %.0fx while fewer than %d)",
+                       rule.probe->what.c_str(), rule.probe->quiet_factor, rule.quiet_budget_factor,
+                       kMinQuietRounds)
+                 : std::string();
   if (rule.min_rounds == rule.max_rounds) {
     return format("%d-%d warm-up rounds, then %d timed rounds", rule.min_warmup, rule.max_warmup,
-                  rule.min_rounds);
+                  rule.min_rounds) +
+           probe;
   }
   return format(
-      "%d-%d warm-up rounds, then timed rounds until the 95%% confidence interval of every "
-      "reported ratio's median is within +-%.1f%% (at least %d rounds, at most %d, or until %.0f "
-      "s per set)",
-      rule.min_warmup, rule.max_warmup, 100 * rule.target_spread, rule.min_rounds, rule.max_rounds,
-      rule.budget_s);
+             "%d-%d warm-up rounds, then timed rounds until the 95%% confidence interval of every "
+             "reported ratio's median is within +-%.1f%% (at least %d rounds, at most %d, or "
+             "until %.0f s per set)",
+             rule.min_warmup, rule.max_warmup, 100 * rule.target_spread, rule.min_rounds,
+             rule.max_rounds, rule.budget_s) +
+         probe;
 }
 
 }  // namespace bench

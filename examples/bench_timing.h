@@ -6,10 +6,23 @@
 // turns that drift into a difference between A and B; timing A and B in alternation, and taking
 // the ratio B / A within each round (a paired ratio), lets the drift hit both alike. The stop
 // rule watches the ratios themselves, not the absolute times, which drift whatever one does.
+//
+// Why a probe: on a virtual machine the host may move the program's threads between cores that
+// share a cache and cores that do not, for seconds at a time (measured on a 2-core Zen 5 VM: a
+// cache line's round trip between the two threads took 85 ns, or 400 ns in other stretches).
+// Every job slows on distant cores, but not alike: one that synchronizes its threads more often
+// slows more (libtorch's encoder layer at n = 256 by 30%, tinyformer's by 10%, a [2048]^2 product
+// by 5%), so a ratio taken in such a stretch differs from one taken on close cores, and two runs
+// differ by how much of each they saw. The probe, that round trip timed before every job and
+// after each round's last, tells the stretches apart: a time counts when the probes on both
+// sides of it were within a factor of the fastest probe seen, and the statistics are taken over
+// those. Where the threads stay put (a machine of one's own), every time counts.
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -44,6 +57,28 @@ std::vector<double> paired_ratios(const std::vector<double>& numerator,
 // state).
 std::vector<std::size_t> round_order(std::size_t jobs, std::size_t round);
 
+// --- The machine's state ---
+
+// A measure of the machine's state (lower is better), and the fastest it has given: one Probe
+// serves every set of a program, so a set timed entirely in a slow stretch is recognized as such.
+struct Probe {
+  std::function<double()> measure;
+  double quiet_factor = 1.5;  // a measure within this factor of the fastest counts as quiet
+  double fastest = std::numeric_limits<double>::infinity();
+  std::string what;  // what it measures, for the reports
+};
+
+// The core probe: the mean time in ns of a cache line's round trip between the first two threads
+// of an OpenMP team of the default size (`trips` round trips, about 0.1 ms on close cores). 0
+// with one thread.
+std::shared_ptr<Probe> core_probe(int trips = 1000);
+
+// Whether each job's time of each round counts: quiet[job][round] is true when the probes
+// before and after that job's run (probes[round][position] and [position + 1], position its
+// place in the round's order) were at most `limit`.
+std::vector<std::vector<bool>> quiet_times(const std::vector<std::vector<double>>& probes,
+                                           std::size_t jobs, double limit);
+
 // --- Jobs and the stop rule ---
 
 // One thing to time: `setup` runs untimed right before each timed `run` (dropping gradients,
@@ -75,6 +110,12 @@ struct StopRule {
   // first calls create oneDNN primitives and fill the caching allocators.
   int min_warmup = 2, max_warmup = 6;
   double warmup_agreement = 0.05;
+  // The machine's state, measured before every timed job and after each round's last; null:
+  // every time counts.
+  std::shared_ptr<Probe> probe;
+  // With a probe: while some watched ratio (or job, without ratios) has fewer than
+  // kMinQuietRounds quiet times, the budget is this many times budget_s.
+  double quiet_budget_factor = 3;
 };
 
 enum class StopReason { converged, budget, max_rounds };
@@ -88,9 +129,15 @@ std::optional<StopReason> stop_decision(const StopRule& rule, int rounds, double
 
 // --- Results ---
 
+// The statistics below are over the rounds that count: the quiet ones when at least
+// kMinQuietRounds of them are (the probe's), else all of them.
+constexpr int kMinQuietRounds = 3;
+
 struct JobStats {
   std::string name;
-  std::vector<double> ms;  // one time per round, in round order
+  std::vector<double> ms;   // one time per round, in round order
+  std::vector<bool> quiet;  // per round: whether the machine was quiet around it
+  int counted = 0;          // the rounds the statistics are over
   double median_ms = 0, min_ms = 0;
   double spread = 0;  // relative_iqr of the times
 };
@@ -98,6 +145,8 @@ struct JobStats {
 struct RatioStats {
   std::string name;
   std::vector<double> values;  // one paired ratio per round
+  std::vector<bool> quiet;     // per round: both times quiet
+  int counted = 0;
   double median = 0;
   double spread = 0;  // median_ci_halfwidth: how well the median is known (the stop rule's)
   double iqr = 0;     // relative_iqr: how much single rounds scatter
@@ -111,6 +160,10 @@ struct Result {
   int rounds = 0, warmup_rounds = 0;
   double seconds = 0;  // warm-up included
   StopReason stop = StopReason::max_rounds;
+  // With a probe: its measures per round (before each job in the round's order, then after the
+  // last) and the largest that counted as quiet.
+  std::vector<std::vector<double>> probes;
+  double quiet_limit = std::numeric_limits<double>::quiet_NaN();
 
   const JobStats& job(const std::string& name) const;
   const RatioStats& ratio(const std::string& name) const;
@@ -119,14 +172,19 @@ struct Result {
   // One line: rounds, time, and why it stopped; it says when the budget (or the round limit)
   // ended before the target spread was reached.
   std::string summary() const;
+  // With a probe, one line: in how many rounds the machine was quiet around every job, and
+  // whether the statistics are over the quiet times; empty without one.
+  std::string quiet_summary() const;
   // Per job: median, min, spread, rounds; per ratio: median and both spreads; then summary().
   std::string report() const;
   nlohmann::json to_json() const;
 };
 
-// Computes the statistics of finished timings (ms[j][round]); used by run() and by tests.
+// Computes the statistics of finished timings (ms[j][round]), over the rounds that count
+// (quiet[j][round]; empty: all); used by run() and by tests.
 Result summarize(const std::vector<Job>& jobs, const std::vector<Ratio>& ratios,
-                 std::vector<std::vector<double>> ms);
+                 std::vector<std::vector<double>> ms,
+                 const std::vector<std::vector<bool>>& quiet = {});
 
 // Warms up, then times rounds until the stop rule says so. `clock` returns seconds (a test
 // passes a fake one); by default std::chrono::steady_clock.

@@ -164,6 +164,10 @@ int main(int argc, char** argv) {
   app.add_flag("--paper", paper_grid,
                "the paper's grid (n = 512..65536, k = 128..2048) and RoBERTa-base shape "
                "(d=768, 12 heads, ff=3072, 12 layers); for a GPU");
+  bool probe = true;
+  app.add_flag("!--no-probe", probe,
+               "count every round: without the probe (CPU only) that leaves out the times taken "
+               "while the host ran the threads on distant cores (bench_timing.h)");
   app.add_flag("!--no-train", train, "skip forward+backward timing");
   app.add_flag("!--no-scaling", scaling, "skip the scaling view");
   app.add_option("--scaling-k", scaling_k);
@@ -193,6 +197,7 @@ int main(int argc, char** argv) {
     }
     if (reps > 0) rule.min_rounds = rule.max_rounds = reps;
     rule.max_rounds = std::max(rule.max_rounds, rule.min_rounds);
+    if (probe && device.is_cpu()) rule.probe = bench::core_probe();
     std::printf(
         "device %s; encoder: %lld layers, d_model %lld, %lld heads, ff %lld, batch %lld, "
         "float32\nkernels: %s\ntiming: every model below, forward%s, in one set of jobs taking "
@@ -422,6 +427,7 @@ int main(int argc, char** argv) {
           true, false);
     }
     std::printf("%s\n", timing.summary().c_str());
+    if (!timing.quiet_summary().empty()) std::printf("%s\n", timing.quiet_summary().c_str());
 
     nlohmann::json scaling_json;
     if (profile) {

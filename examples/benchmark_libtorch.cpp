@@ -63,6 +63,7 @@ struct Options {
   std::string json_path = "benchmark_libtorch.json";
   std::string export_dir;  // --export: write the cases for another framework, then exit
   bool export_float64 = false, ours_only = false;
+  bool probe = true;  // bench::core_probe around every timed job
 };
 
 // --- Moving values between the two frameworks ---
@@ -503,6 +504,10 @@ bench::StopRule stop_rule(const Options& o) {
   rule.max_rounds = o.reps > 0 ? o.reps : std::max(o.max_rounds, o.min_rounds);
   rule.min_warmup = o.warmup;
   rule.max_warmup = std::max(o.warmup, 6);
+  // One probe for every set, so that a set timed entirely while the threads ran on distant
+  // cores is judged against the fastest probe of the whole run.
+  static const std::shared_ptr<bench::Probe> probe = bench::core_probe();
+  if (o.probe) rule.probe = probe;
   return rule;
 }
 
@@ -867,7 +872,10 @@ void run_ours_only(const Options& o, const nlohmann::json& environment) {
     if (!o.forward_only) {
       jobs.push_back({"forward+backward", [&] { zero_ours(c); }, [&] { train_ours(c); }});
     }
-    const bench::Result timed = bench::run(jobs, {}, stop_rule(o));
+    // No probe: the driver compares these times with another process's, which has none.
+    bench::StopRule rule = stop_rule(o);
+    rule.probe = nullptr;
+    const bench::Result timed = bench::run(jobs, {}, rule);
     const bench::JobStats& forward_stats = timed.job("forward");
     struct {
       double median = 0, min = 0;
@@ -984,6 +992,9 @@ int main(int argc, char** argv) {
                  "gradients) to DIR/<case>.safetensors and an index DIR/cases.json, then exit; "
                  "examples/benchmark_pytorch.py reads them");
   app.add_flag("--export-float64", o.export_float64, "export the cases in float64");
+  app.add_flag("!--no-probe", o.probe,
+               "count every round: without the probe that leaves out the times taken while the "
+               "host ran the threads on distant cores (bench_timing.h)");
   app.add_flag("--ours-only", o.ours_only,
                "time tinyformer alone (no libtorch, no check), for a driver alternating this "
                "program with another framework's");

@@ -263,3 +263,105 @@ TEST_CASE("bench_timing: bad rules and ratios are refused") {
   CHECK_THROWS(bench::run(jobs, {}, rule, m.clock()));
   CHECK_THROWS(bench::summarize(jobs, {{"x", 0, 3}}, std::vector<std::vector<double>>(1, {1.0})));
 }
+
+TEST_CASE("bench_timing: a job's time counts when the probes on both sides of it are quiet") {
+  // Two jobs; round 0 runs a then b, round 1 b then a (round_order). Probes: before the first
+  // job, between them, after the last.
+  const std::vector<std::vector<double>> probes = {{1, 1, 5}, {5, 1, 1}, {1, 1, 1}};
+  const auto quiet = bench::quiet_times(probes, 2, 2.0);
+  REQUIRE(quiet.size() == 2);
+  CHECK(bench::round_order(2, 0) == std::vector<std::size_t>{0, 1});
+  CHECK(bench::round_order(2, 1) == std::vector<std::size_t>{1, 0});
+  CHECK(quiet[0] == std::vector<bool>{true, true, true});    // a: (1, 1), (1, 1), (1, 1)
+  CHECK(quiet[1] == std::vector<bool>{false, false, true});  // b: (1, 5), (5, 1), (1, 1)
+  CHECK_THROWS(bench::quiet_times({{1, 1}}, 2, 2.0));        // one probe short
+
+  // The statistics are over the quiet times, and a ratio over the rounds where both are quiet.
+  const std::vector<bench::Job> jobs = {{"a", nullptr, [] {}}, {"b", nullptr, [] {}}};
+  const std::vector<std::vector<double>> ms = {{10, 10, 10, 20}, {30, 80, 30, 60}};
+  const std::vector<std::vector<bool>> flags = {{true, true, true, false},
+                                                {true, false, true, true}};
+  const bench::Result r = bench::summarize(jobs, {{"b/a", 1, 0}}, ms, flags);
+  CHECK(r.job("a").counted == 3);
+  CHECK(r.job("a").median_ms == doctest::Approx(10));
+  CHECK(r.job("b").median_ms == doctest::Approx(30));
+  CHECK(r.job("b").min_ms == doctest::Approx(30));
+  CHECK(r.ratio("b/a").counted == 4);  // 2 quiet pairs, fewer than kMinQuietRounds: all rounds
+  CHECK(r.ratio("b/a").quiet == std::vector<bool>{true, false, true, false});
+  CHECK(r.ratio("b/a").median == doctest::Approx(3));  // of 3, 8, 3, 3
+}
+
+namespace {
+
+// A machine whose host moves the two threads between close cores (a probe of 100) and distant
+// ones (400): distant while `distant(now)`. On distant cores job a takes 12 ms instead of 10 and
+// job b 48 instead of 30: the ratio b / a is 3 on close cores, 4 on distant ones.
+struct MovingMachine : FakeMachine {
+  std::function<bool(double)> distant;
+  std::shared_ptr<bench::Probe> probe() {
+    auto p = std::make_shared<bench::Probe>();
+    p->what = "fake";
+    p->measure = [this] {
+      now_s += 1e-4;
+      return distant(now_s) ? 400.0 : 100.0;
+    };
+    return p;
+  }
+  std::vector<bench::Job> jobs() {
+    return {job("a", 0, [this](std::size_t) { return distant(now_s) ? 12.0 : 10.0; }),
+            job("b", 1, [this](std::size_t) { return distant(now_s) ? 48.0 : 30.0; })};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("bench_timing: with a probe, the times taken on distant cores are left out") {
+  MovingMachine m;
+  // Distant for the first 1.2 s (warm-up and the first rounds), then in every other 0.5 s.
+  m.distant = [](double t) { return t < 1.2 || std::fmod(t, 1.0) >= 0.5; };
+  bench::StopRule rule;
+  rule.min_rounds = 40, rule.max_rounds = 60, rule.budget_s = 1000;
+  rule.probe = m.probe();
+  const auto jobs = m.jobs();
+  const bench::Result r = bench::run(jobs, {{"b/a", 1, 0}}, rule, m.clock());
+  CHECK(r.ratio("b/a").median == doctest::Approx(3));
+  CHECK(r.job("a").median_ms == doctest::Approx(10));
+  CHECK(r.job("b").median_ms == doctest::Approx(30));
+  CHECK(r.ratio("b/a").counted < r.rounds);
+  CHECK(r.ratio("b/a").counted >= bench::kMinQuietRounds);
+  CHECK(rule.probe->fastest == doctest::Approx(100));
+  CHECK(r.quiet_limit == doctest::Approx(100 * rule.probe->quiet_factor));
+  REQUIRE(r.probes.size() == static_cast<std::size_t>(r.rounds));
+  CHECK(r.probes[0].size() == 3);
+  CHECK(r.quiet_summary().find("statistics over the quiet times") != std::string::npos);
+  const nlohmann::json j = r.to_json();
+  CHECK(j["probes"].size() == static_cast<std::size_t>(r.rounds));
+  CHECK(j["jobs"][0]["quiet"].size() == static_cast<std::size_t>(r.rounds));
+
+  // Without the probe the same machine mixes both: the ratio lies between 3 and 4.
+  MovingMachine plain;
+  plain.distant = m.distant;
+  rule.probe = nullptr;
+  const auto plain_jobs = plain.jobs();
+  const bench::Result mixed = bench::run(plain_jobs, {{"b/a", 1, 0}}, rule, plain.clock());
+  const std::vector<double>& v = mixed.ratio("b/a").values;
+  CHECK(std::count(v.begin(), v.end(), 4.0) > 0);
+  CHECK(mixed.quiet_summary().empty());
+}
+
+TEST_CASE("bench_timing: never a quiet time: the budget grows, then every round counts") {
+  MovingMachine m;
+  m.distant = [](double) { return true; };
+  bench::StopRule rule;
+  rule.min_rounds = 5, rule.max_rounds = 100000, rule.budget_s = 1;
+  rule.probe = m.probe();
+  rule.probe->fastest = 100;  // an earlier set of the program saw close cores
+  const auto jobs = m.jobs();
+  const bench::Result r = bench::run(jobs, {{"b/a", 1, 0}}, rule, m.clock());
+  CHECK(r.stop == bench::StopReason::budget);
+  CHECK(r.seconds > 2.9);  // quiet_budget_factor 3
+  CHECK(r.seconds < 3.1);
+  CHECK(r.ratio("b/a").median == doctest::Approx(4));
+  CHECK(r.ratio("b/a").counted == r.rounds);
+  CHECK(r.quiet_summary().find("FEWER than") != std::string::npos);
+}
