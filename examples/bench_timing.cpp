@@ -61,24 +61,35 @@ std::shared_ptr<Probe> core_probe(int trips) {
   auto line = std::make_shared<Line>();
   probe->measure = [trips, line] {
     if (omp_get_max_threads() < 2) return 0.0;
+    // At most this long: two threads sharing one core hand the line over once per time slice.
+    constexpr double kLimitS = 0.005;
     double ns = 0;
     line->turn.store(0);
 #pragma omp parallel num_threads(2)
     {
-      const int me = omp_get_thread_num();
+      // A team of one (the runtime may give fewer threads than asked): nothing to measure.
+      const int me = omp_get_num_threads() < 2 ? -1 : omp_get_thread_num();
 #pragma omp barrier
-      const double t0 = steady_seconds();
-      // Thread 0 writes odd turns and waits for the even reply; thread 1 the other way round.
-      for (int i = 0; i < trips; ++i) {
-        const int mine = 2 * i + 1 + me, theirs = 2 * i + me;
-        while (line->turn.load(std::memory_order_acquire) != theirs) {
-        }
-        line->turn.store(mine, std::memory_order_release);
-      }
       if (me == 0) {
-        while (line->turn.load(std::memory_order_acquire) != 2 * trips) {
+        // Thread 0 passes the line on with an odd turn and waits for the next even one; after
+        // `trips` round trips (or the time limit) it passes -1, which ends thread 1's loop.
+        const double t0 = steady_seconds();
+        int done = 0;
+        for (;; ++done) {
+          while (line->turn.load(std::memory_order_acquire) != 2 * done) {
+          }
+          if (done == trips || steady_seconds() - t0 > kLimitS) break;
+          line->turn.store(2 * done + 1, std::memory_order_release);
         }
-        ns = (steady_seconds() - t0) * 1e9 / trips;
+        ns = (steady_seconds() - t0) * 1e9 / std::max(done, 1);
+        line->turn.store(-1, std::memory_order_release);
+      } else if (me == 1) {
+        for (;;) {
+          int turn = line->turn.load(std::memory_order_acquire);
+          while (turn >= 0 && turn % 2 == 0) turn = line->turn.load(std::memory_order_acquire);
+          if (turn < 0) break;
+          line->turn.store(turn + 1, std::memory_order_release);
+        }
       }
     }
     return ns;

@@ -2,6 +2,7 @@
 // values, the round order, the stop rule, and whole runs on a fake clock with scripted times.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <set>
@@ -364,4 +365,18 @@ TEST_CASE("bench_timing: never a quiet time: the budget grows, then every round 
   CHECK(r.ratio("b/a").median == doctest::Approx(4));
   CHECK(r.ratio("b/a").counted == r.rounds);
   CHECK(r.quiet_summary().find("FEWER than") != std::string::npos);
+}
+
+TEST_CASE("bench_timing: the core probe measures a round trip, quickly") {
+  const std::shared_ptr<bench::Probe> probe = bench::core_probe();
+  CHECK_FALSE(probe->what.empty());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) {
+    const double ns = probe->measure();
+    CHECK(std::isfinite(ns));
+    CHECK(ns >= 0);  // 0 with one thread
+    CHECK(ns < 1e7);
+  }
+  // Each call stops after about 5 ms, however the threads are placed.
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
 }
