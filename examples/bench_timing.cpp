@@ -261,7 +261,7 @@ std::string Result::quiet_summary() const {
   for (const RatioStats& r : ratios) fallback = fallback || few(r.quiet);
   s += fallback ? format(
                       "; FEWER than %d quiet times for some jobs or ratios: theirs are over "
-                      "every round, loaded ones included",
+                      "every round, those on distant cores included",
                       kMinQuietRounds)
                 : format("; statistics over the quiet times (at least %d per job)", fewest);
   return s;
