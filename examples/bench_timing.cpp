@@ -7,7 +7,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
@@ -458,7 +457,10 @@ Result run(const std::vector<Job>& jobs, const std::vector<Ratio>& ratios, const
       return quiet.empty() ? std::vector<bool>(ms[j].size(), true) : quiet[j];
     };
     std::vector<double> spreads;
-    bool enough_quiet = true;  // every watched ratio (or job) has kMinQuietRounds quiet times
+    // With a probe: whether every watched ratio (or job) has kMinQuietRounds quiet times; until
+    // one has, its spread is not known (NaN), so the run goes on.
+    const bool probing = probe != nullptr;
+    bool enough_quiet = true;
     auto count_quiet = [&](const std::vector<bool>& f) {
       enough_quiet = enough_quiet && std::count(f.begin(), f.end(), true) >= kMinQuietRounds;
     };
@@ -467,15 +469,14 @@ Result run(const std::vector<Job>& jobs, const std::vector<Ratio>& ratios, const
       const std::vector<bool> a = flags(ratio.numerator), b = flags(ratio.denominator);
       std::vector<bool> both(a.size());
       for (std::size_t k = 0; k < a.size(); ++k) both[k] = a[k] && b[k];
-      count_quiet(both);
-      // Too few quiet rounds yet: not known (NaN), so the run goes on.
+      if (probing) count_quiet(both);
       spreads.push_back(median_ci_halfwidth(counted_values(
-          paired_ratios(ms.at(ratio.numerator), ms.at(ratio.denominator)), both, false)));
+          paired_ratios(ms.at(ratio.numerator), ms.at(ratio.denominator)), both, !probing)));
     }
     if (spreads.empty()) {
       for (std::size_t j = 0; j < ms.size(); ++j) {
-        spreads.push_back(median_ci_halfwidth(counted_values(ms[j], flags(j), false)));
-        count_quiet(flags(j));
+        spreads.push_back(median_ci_halfwidth(counted_values(ms[j], flags(j), !probing)));
+        if (probing) count_quiet(flags(j));
       }
     }
     StopRule now_rule = rule;

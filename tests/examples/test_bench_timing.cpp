@@ -380,3 +380,25 @@ TEST_CASE("bench_timing: the core probe measures a round trip, quickly") {
   // Each call stops after about 5 ms, however the threads are placed.
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
 }
+
+TEST_CASE("bench_timing: without a probe, two rounds may settle a ratio and the budget holds") {
+  FakeMachine m;
+  const std::vector<bench::Job> jobs = {m.job("a", 0, [](std::size_t) { return 10.0; }),
+                                        m.job("b", 1, [](std::size_t) { return 20.0; })};
+  bench::StopRule rule;
+  rule.min_rounds = 2, rule.max_rounds = 100, rule.budget_s = 1000;
+  const bench::Result r = bench::run(jobs, {{"b/a", 1, 0}}, rule, m.clock());
+  CHECK(r.stop == bench::StopReason::converged);
+  CHECK(r.rounds == 2);
+
+  // A noisy ratio without a probe stops at budget_s, not quiet_budget_factor times it.
+  FakeMachine m2;
+  const std::vector<bench::Job> noisy = {
+      m2.job("a", 0, [](std::size_t) { return 10.0; }),
+      m2.job("b", 1, [](std::size_t i) { return i % 2 == 0 ? 15.0 : 25.0; })};
+  rule.min_rounds = 1, rule.budget_s = 0.1, rule.min_warmup = 0, rule.max_warmup = 0;
+  const bench::Result r2 = bench::run(noisy, {{"b/a", 1, 0}}, rule, m2.clock());
+  CHECK(r2.stop == bench::StopReason::budget);
+  CHECK(r2.rounds == 3);  // rounds of 25 and 35 ms: a fourth would end past 0.1 s
+  CHECK(r2.seconds <= 0.1);
+}
