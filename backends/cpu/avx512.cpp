@@ -277,6 +277,10 @@ TF_AVX512 __attribute__((noinline)) void tile_nn_6x64(std::int64_t k, const floa
 // the next panels.
 constexpr std::int64_t kTnChunk = 128;
 
+// Elements of A up to which gemm_tn runs panel by panel, A staying in L2 whole (128 KiB:
+// attention's 256 rows of a head up to 128 wide).
+constexpr std::int64_t kTnSmallA = 32768;
+
 // The start of a gemm_tn register tile (float32 or bfloat16 operands, rows <= 6 of out at row
 // stride ldo, column masks `mask`): the offsets o1 .. o5 of its rows (a short tile repeats its
 // last row), their outputs, the masks, and the 24 accumulators at zero.
@@ -317,26 +321,34 @@ constexpr std::int64_t kTnChunk = 128;
   } while (false)
 
 // The register tile of gemm_tn: out[r][cols] (+)= sum over kk < k of a[kk * lda + r] times
-// panel[kk][0:64] for r < rows (at most 6): row r of the tile is column r of A's storage, so the
-// six factors of step kk are neighbours in A's row kk. A short tile repeats its last row (which
-// computes and stores the same values). Columns past the matrix's end are masked off, as in
-// tile_nn_6x64. The sum is one fused multiply-add chain from zero; kAccumulate adds it to out.
-template <bool kAccumulate>
+// panel[kk * ldp + 0:64] for r < rows (at most 6): row r of the tile is column r of A's storage,
+// so the six factors of step kk are neighbours in A's row kk. A short tile repeats its last row
+// (which computes and stores the same values). Columns past the matrix's end are masked off, as
+// in tile_nn_6x64. The sum is one fused multiply-add chain from zero; kAccumulate adds it to out.
+// Step kk prefetches the line at prefetch + kk * prefetch_stride (bytes) into L2. With kPack
+// (a full panel), step kk also stores the panel's row into pack[kk * 64 + 0:64] for the tiles
+// after it.
+template <bool kAccumulate, bool kPack = false>
 TF_AVX512 __attribute__((noinline)) void tile_tn_6x64(std::int64_t k, const float* a,
                                                       std::int64_t lda, std::int64_t rows,
-                                                      const float* panel, float* out,
-                                                      std::int64_t ldo, const PanelMasks& mask) {
+                                                      const float* panel, std::int64_t ldp,
+                                                      float* out, std::int64_t ldo,
+                                                      const PanelMasks& mask, const char* prefetch,
+                                                      std::int64_t prefetch_stride, float* pack) {
   TF_TN_TILE_BEGIN;
   const float* ak = a;
-  for (std::int64_t kk = 0; kk < k; ++kk, ak += lda) {
-    const float* b = panel + kk * kPanel;
+  for (std::int64_t kk = 0; kk < k; ++kk, ak += lda, prefetch += prefetch_stride) {
+    const float* b = panel + kk * ldp;
     const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16),
                  b2 = _mm512_loadu_ps(b + 32), b3 = _mm512_loadu_ps(b + 48);
-    // The same columns of A one chunk further on, into L2 for the next chunk's tiles (past A's
-    // end in the last chunk: a prefetch does not fault).
-    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(ak) +
-                                               sizeof(float) * kTnChunk * lda),
-                 _MM_HINT_T1);
+    if constexpr (kPack) {
+      float* p = pack + kk * kPanel;
+      _mm512_storeu_ps(p, b0);
+      _mm512_storeu_ps(p + 16, b1);
+      _mm512_storeu_ps(p + 32, b2);
+      _mm512_storeu_ps(p + 48, b3);
+    }
+    _mm_prefetch(prefetch, _MM_HINT_T1);
     const float* a0 = ak;
     const float* a1 = ak + o1;
     const float* a2 = ak + o2;
@@ -536,16 +548,29 @@ TF_AVX512 void gemm_nn(std::int64_t m, std::int64_t n, std::int64_t k, const flo
   }
 }
 
+// The sums of the gemm_tn tile at row i (of m; none past m) and panel c (row stride ldc) into L1.
+TF_AVX512 inline void prefetch_tn_tile(std::int64_t m, std::int64_t i, const float* c,
+                                       std::int64_t ldc) {
+  const std::int64_t rows = m - i < kTileRows ? m - i : kTileRows;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const char* row = reinterpret_cast<const char*>(c + (i + r) * ldc);
+    for (int l = 0; l < 4; ++l) _mm_prefetch(row + 64 * l, _MM_HINT_T0);
+  }
+}
+
 std::int64_t gemm_tn_scratch_size() {
   return kTnChunk * kPanel;
 }
 
-TF_AVX512 void gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-                       std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                       std::int64_t ldc, float* scratch) {
-  if (k == 0) return zero_matrix(m, n, c, ldc);
+// The chunk-outer order of gemm_tn: each chunk of k's rows over every panel, A's chunk (kTnChunk
+// x m) staying in L2 across the panels while the tiles prefetch the next chunk's.
+TF_AVX512 void gemm_tn_by_chunks(std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+                                 std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                                 std::int64_t ldc, float* scratch, bool accumulate) {
+  const std::int64_t a_stride = static_cast<std::int64_t>(sizeof(float)) * lda;
   for (std::int64_t kk0 = 0; kk0 < k; kk0 += kTnChunk) {
     const std::int64_t chunk = k - kk0 < kTnChunk ? k - kk0 : kTnChunk;
+    const bool add = kk0 > 0 || accumulate;
     for (std::int64_t j0 = 0; j0 < n; j0 += kPanel) {
       pack_nn(b + kk0 * ldb + j0, ldb, chunk, n - j0 < kPanel ? n - j0 : kPanel, scratch);
       const PanelMasks mask = panel_masks(n - j0);
@@ -553,22 +578,81 @@ TF_AVX512 void gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const flo
         const std::int64_t rows = m - i < kTileRows ? m - i : kTileRows;
         // The next tile's sums so far into L1 while this tile runs (C outgrows L2 from about
         // 1024 x 256).
-        if (kk0 > 0 && i + kTileRows < m) {
-          const std::int64_t next = m - i - kTileRows < kTileRows ? m - i - kTileRows : kTileRows;
-          for (std::int64_t r = 0; r < next; ++r) {
-            const char* row = reinterpret_cast<const char*>(c + (i + kTileRows + r) * ldc + j0);
-            for (int l = 0; l < 4; ++l) _mm_prefetch(row + 64 * l, _MM_HINT_T0);
-          }
-        }
-        if (kk0 == 0) {
-          tile_tn_6x64<false>(chunk, a + kk0 * lda + i, lda, rows, scratch, c + i * ldc + j0, ldc,
-                              mask);
+        if (add) prefetch_tn_tile(m, i + kTileRows, c + j0, ldc);
+        const float* a_tile = a + kk0 * lda + i;
+        // The same columns of A one chunk further on.
+        const char* prefetch = reinterpret_cast<const char*>(
+            reinterpret_cast<std::uintptr_t>(a_tile) + sizeof(float) * kTnChunk * lda);
+        if (add) {
+          tile_tn_6x64<true>(chunk, a_tile, lda, rows, scratch, kPanel, c + i * ldc + j0, ldc, mask,
+                             prefetch, a_stride, nullptr);
         } else {
-          tile_tn_6x64<true>(chunk, a + kk0 * lda + i, lda, rows, scratch, c + i * ldc + j0, ldc,
-                             mask);
+          tile_tn_6x64<false>(chunk, a_tile, lda, rows, scratch, kPanel, c + i * ldc + j0, ldc,
+                              mask, prefetch, a_stride, nullptr);
         }
       }
     }
+  }
+}
+
+// The panel-outer order of gemm_tn, for an A small enough to stay in L2 whole (attention's
+// [rows, head width]): each panel of 64 columns of C over every chunk of k, so that the panel's
+// sums stay in L1 between the chunks. A full panel's chunk is packed by the first tile as it
+// reads it (a narrower one by pack_nn first); the first four tiles of a chunk prefetch the four
+// lines of each row of the next chunk of B (the next panel's first after the last) into L2, and
+// with accumulate each tile of the first chunk prefetches the next tile's C into L1.
+TF_AVX512 void gemm_tn_by_panels(std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+                                 std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                                 std::int64_t ldc, float* scratch, bool accumulate) {
+  const std::int64_t b_stride = static_cast<std::int64_t>(sizeof(float)) * ldb;
+  for (std::int64_t j0 = 0; j0 < n; j0 += kPanel) {
+    const PanelMasks mask = panel_masks(n - j0);
+    const bool full = n - j0 >= kPanel;
+    for (std::int64_t kk0 = 0; kk0 < k; kk0 += kTnChunk) {
+      const std::int64_t chunk = k - kk0 < kTnChunk ? k - kk0 : kTnChunk;
+      const bool add = kk0 > 0 || accumulate;
+      const float* b_chunk = b + kk0 * ldb + j0;
+      if (!full) pack_nn(b_chunk, ldb, chunk, n - j0, scratch);
+      const float* next = kk0 + chunk < k ? b_chunk + chunk * ldb : b + j0 + kPanel;
+      for (std::int64_t i = 0, t = 0; i < m; i += kTileRows, ++t) {
+        const std::int64_t rows = m - i < kTileRows ? m - i : kTileRows;
+        if (accumulate && kk0 == 0) prefetch_tn_tile(m, i + kTileRows, c + j0, ldc);
+        // Tiles past the fourth prefetch the packed panel (in L1 already).
+        const char* prefetch = reinterpret_cast<const char*>(t < 4 ? next + 16 * t : scratch);
+        const std::int64_t step = t < 4 ? b_stride : 0;
+        const float* a_tile = a + kk0 * lda + i;
+        float* out = c + i * ldc + j0;
+        if (full && t == 0) {
+          if (add) {
+            tile_tn_6x64<true, true>(chunk, a_tile, lda, rows, b_chunk, ldb, out, ldc, mask,
+                                     prefetch, step, scratch);
+          } else {
+            tile_tn_6x64<false, true>(chunk, a_tile, lda, rows, b_chunk, ldb, out, ldc, mask,
+                                      prefetch, step, scratch);
+          }
+        } else if (add) {
+          tile_tn_6x64<true>(chunk, a_tile, lda, rows, scratch, kPanel, out, ldc, mask, prefetch,
+                             step, nullptr);
+        } else {
+          tile_tn_6x64<false>(chunk, a_tile, lda, rows, scratch, kPanel, out, ldc, mask, prefetch,
+                              step, nullptr);
+        }
+      }
+    }
+  }
+}
+
+TF_AVX512 void gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+                       std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                       std::int64_t ldc, float* scratch, bool accumulate) {
+  if (k == 0) {
+    if (!accumulate) zero_matrix(m, n, c, ldc);
+    return;
+  }
+  if (k * m <= kTnSmallA) {
+    gemm_tn_by_panels(m, n, k, a, lda, b, ldb, c, ldc, scratch, accumulate);
+  } else {
+    gemm_tn_by_chunks(m, n, k, a, lda, b, ldb, c, ldc, scratch, accumulate);
   }
 }
 

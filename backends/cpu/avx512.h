@@ -12,7 +12,9 @@
 // - the product over the keys: C = A B with B [k, n] and n small (the head width): out = P v
 //   and the backward's grad_query = dS k for a group of rows still in L2. B is packed once per
 //   matrix into panels of 64 columns, and the same register tile shape runs the sum over k in
-//   chunks that stay in L1.
+//   chunks that stay in L1;
+// - the product with a transposed first operand: C (+)= A^T B, the weight gradients and
+//   attention's key and value gradients, in chunks of 128 rows of k.
 #pragma once
 
 #include <cstdint>
@@ -66,14 +68,18 @@ void gemm_nn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std
 // Floats of scratch that gemm_tn needs: one packed chunk of B.
 std::int64_t gemm_tn_scratch_size();
 
-// C [m, n] (row stride ldc) = A^T B, A [k, m] (row stride lda: C's rows are A's columns), B [k, n]
-// (row stride ldb): the weight gradients g^T x. Chunks of B's rows are packed into scratch
-// (gemm_tn_scratch_size() floats) a panel of 64 columns at a time. Each element is the sum of
-// its chunks of 128 rows of k, added in order, each chunk's sum one fused multiply-add chain
-// (chains of 128 rather than k steps: a weight gradient's sum runs over every token of a batch):
-// the same bits whatever rows or columns a caller splits the work into.
+// C [m, n] (row stride ldc) = A^T B, or with accumulate C += A^T B, A [k, m] (row stride lda:
+// C's rows are A's columns), B [k, n] (row stride ldb): the weight gradients g^T x, and
+// attention's grad_key^T += query^T dS and grad_value^T += grad^T P for a block of rows. Each
+// element is the sum of its chunks of 128 rows of k, added in order (to C's value with
+// accumulate), each chunk's sum one fused multiply-add chain (chains of 128 rather than k steps:
+// a weight gradient's sum runs over every token of a batch): the same bits whatever rows or
+// columns a caller splits the work into. Chunks of B's rows are packed into scratch
+// (gemm_tn_scratch_size() floats) a panel of 64 columns at a time; an A of up to 32768 elements
+// stays in L2 while C is computed a panel at a time, a larger one goes chunk by chunk.
 void gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
-             const float* b, std::int64_t ldb, float* c, std::int64_t ldc, float* scratch);
+             const float* b, std::int64_t ldb, float* c, std::int64_t ldc, float* scratch,
+             bool accumulate = false);
 
 // True where available() and the CPU has AVX512-BF16 (the pair dot product of bfloat16).
 bool bf16_available();

@@ -210,47 +210,63 @@ TEST_CASE("avx512: the product over the keys C = A B: one fused multiply-add cha
   }
 }
 
+// gemm_tn on random operands with row strides past their widths, C starting as random values
+// (with accumulate, part of the sum; else overwritten) and sentinels past n: C must hold, bit for
+// bit, the chains of 128 fused multiply-adds added in order (to C's value with accumulate).
+void check_gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate,
+                   std::uint32_t seed) {
+  CAPTURE(m);
+  CAPTURE(n);
+  CAPTURE(k);
+  CAPTURE(accumulate);
+  const std::int64_t lda = m + 3, ldb = n + 5, ldc = n + 7;
+  const std::vector<float> a = random_floats(static_cast<std::size_t>(k * lda), seed);
+  const std::vector<float> b = random_floats(static_cast<std::size_t>(k * ldb), seed + 1);
+  std::vector<float> scratch(static_cast<std::size_t>(avx512::gemm_tn_scratch_size()));
+  const float sentinel = 42.0f;
+  std::vector<float> c = random_floats(static_cast<std::size_t>(m * ldc), seed + 2);
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = n; j < ldc; ++j) c[i * ldc + j] = sentinel;
+  }
+  const std::vector<float> before = c;
+  avx512::gemm_tn(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, scratch.data(), accumulate);
+  bool same = true;
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      float want = accumulate ? before[i * ldc + j] : 0.0f;
+      for (std::int64_t k0 = 0; k0 < k; k0 += 128) {
+        float chunk = 0.0f;
+        for (std::int64_t kk = k0; kk < k && kk < k0 + 128; ++kk) {
+          chunk = std::fma(a[kk * lda + i], b[kk * ldb + j], chunk);
+        }
+        want = k0 == 0 && !accumulate ? chunk : want + chunk;
+      }
+      same = same &&
+             std::bit_cast<std::uint32_t>(c[i * ldc + j]) == std::bit_cast<std::uint32_t>(want);
+    }
+    for (std::int64_t j = n; j < ldc; ++j) CHECK(c[i * ldc + j] == sentinel);
+  }
+  CHECK(same);
+}
+
 TEST_CASE("avx512: the weight gradient's product C = A^T B: chains of 128, added in order") {
   if (skip()) return;
   std::uint32_t seed = 70;
   // m past a register tile of 6 (a short last tile repeats its last row), n past a panel of 64
-  // (masked columns), k past a chunk of 128 (each chunk's sum added to the stored one), k = 0.
-  for (std::int64_t m : {1, 5, 6, 7, 13}) {
-    for (std::int64_t n : {1, 9, 63, 64, 65, 130}) {
-      for (std::int64_t k : {0, 1, 127, 128, 129, 300}) {
-        CAPTURE(m);
-        CAPTURE(n);
-        CAPTURE(k);
-        const std::int64_t lda = m + 3, ldb = n + 5, ldc = n + 7;
-        const std::vector<float> a = random_floats(static_cast<std::size_t>(k * lda), ++seed);
-        const std::vector<float> b = random_floats(static_cast<std::size_t>(k * ldb), ++seed);
-        std::vector<float> scratch(static_cast<std::size_t>(avx512::gemm_tn_scratch_size()));
-        // C starts as garbage (the result may not depend on it) with sentinels past n.
-        const float sentinel = 42.0f;
-        std::vector<float> c = random_floats(static_cast<std::size_t>(m * ldc), ++seed);
-        for (std::int64_t i = 0; i < m; ++i) {
-          for (std::int64_t j = n; j < ldc; ++j) c[i * ldc + j] = sentinel;
+  // (masked columns), k past a chunk of 128 (each chunk's sum added to the stored one), k = 0;
+  // C overwritten, or added to. A small enough to stay in L2 runs panel by panel, a larger one
+  // chunk by chunk: both orders, the same bits.
+  for (const bool accumulate : {false, true}) {
+    for (std::int64_t m : {1, 5, 6, 7, 13, 64}) {
+      for (std::int64_t n : {1, 9, 63, 64, 65, 130}) {
+        for (std::int64_t k : {0, 1, 127, 128, 129, 300}) {
+          check_gemm_tn(m, n, k, accumulate, seed += 3);
         }
-        avx512::gemm_tn(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, scratch.data());
-        bool same = true;
-        for (std::int64_t i = 0; i < m; ++i) {
-          for (std::int64_t j = 0; j < n; ++j) {
-            float want = 0.0f;
-            for (std::int64_t k0 = 0; k0 < k; k0 += 128) {
-              float chunk = 0.0f;
-              for (std::int64_t kk = k0; kk < k && kk < k0 + 128; ++kk) {
-                chunk = std::fma(a[kk * lda + i], b[kk * ldb + j], chunk);
-              }
-              want = k0 == 0 ? chunk : want + chunk;
-            }
-            same = same && std::bit_cast<std::uint32_t>(c[i * ldc + j]) ==
-                               std::bit_cast<std::uint32_t>(want);
-          }
-          for (std::int64_t j = n; j < ldc; ++j) CHECK(c[i * ldc + j] == sentinel);
-        }
-        CHECK(same);
       }
     }
+    // A of 37 x 1000 and 64 x 600 elements: chunk by chunk.
+    check_gemm_tn(37, 130, 1000, accumulate, seed += 3);
+    check_gemm_tn(64, 65, 600, accumulate, seed += 3);
   }
 }
 

@@ -154,9 +154,10 @@ TEST_CASE("parity: attention over 1024 keys and more") {
   if (!available()) return;
   // From 1024 keys on, the CPU runs out = P v and the backward's dP and grad_query a group of
   // rows at a time on its AVX-512 kernels where the CPU has them (and prefetches the
-  // probabilities): rows past a group of 24, keys past a panel of 64 and past a chunk of 128,
-  // head widths under a panel; one matrix, a few (blocks of key columns in the backward), and
-  // 16 or more (a matrix per thread).
+  // probabilities), and with 16 matrices or more (a matrix per thread) the key and value
+  // gradients a block of rows at a time: rows past a group of 24, keys past a panel of 64 and
+  // past a chunk of 128, head widths under a panel; one matrix, a few (blocks of key columns in
+  // the backward), and 16 or more.
   std::uint64_t seed = 400;
   for (DType dtype : supported({DType::float32, DType::float64})) {
     for (const Shape& batch : {Shape{}, Shape{2, 3}, Shape{4, 4}}) {
@@ -167,6 +168,14 @@ TEST_CASE("parity: attention over 1024 keys and more") {
           check_case(batch, {30, 1030, 16, 9}, dtype, mask, causal, seed += 5);
         }
       }
+    }
+  }
+  // A matrix per thread over two blocks of rows (256 and 4), the second block's key and value
+  // gradients added to the first's (on AVX-512 in float32); under the causal rule the second
+  // block reaches further keys.
+  if (supports(DType::float32)) {
+    for (bool causal : {false, true}) {
+      check_case({4, 4}, {260, 1030, 8, 5}, DType::float32, MaskKind::none, causal, seed += 5);
     }
   }
 }
