@@ -40,6 +40,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
@@ -344,6 +345,10 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
   const PackedOperand<T> packed_value(Layout::nt, v, vo, ldv, s, s.dv, threads,
                                       s.m >= kMinKeysGrouped);
   const PackedOperand<T> packed_key(Layout::nn, k, ko, ldk, s, s.d, threads, packed_value.used());
+  // dS a row at a time on AVX-512 (the dot product in four chains): the portable loop's single
+  // chain bounded the pass (measured, Zen 5, [4, 4, n, 64] heads: the backward 10-13% faster at
+  // n = 256 to 4096).
+  const bool avx512_ds = std::is_same_v<T, float> && avx512::available();
   const auto ds_rows = [&](std::size_t b, std::int64_t r0, std::int64_t r, T* block) {
     const T* pb = p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m;
     const std::int64_t keys = causal_keys(causal, r0, r, s.m);
@@ -351,6 +356,13 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
       for (std::int64_t i = i0; i < i1; ++i) {
         const T* pi = pb + i * s.m;
         T* di = block + i * s.m;
+        if constexpr (std::is_same_v<T, float>) {
+          if (avx512_ds) {
+            avx512::softmax_grad_row(pi, di, di, keys, t_scale);
+            for (std::int64_t j = keys; j < s.m; ++j) di[j] = T(0);
+            continue;
+          }
+        }
         T dot = 0;
 #pragma omp simd reduction(+ : dot)
         for (std::int64_t j = 0; j < keys; ++j) dot += pi[j] * di[j];

@@ -451,6 +451,40 @@ TF_AVX512 float softmax_row(const float* x, float* y, std::int64_t n, const floa
   return max;
 }
 
+TF_AVX512 void softmax_grad_row(const float* p, const float* g, float* y, std::int64_t n,
+                                float scale) {
+  // The dot product in four chains, so that the adds' latency does not bound the pass.
+  __m512 d0 = _mm512_setzero_ps(), d1 = _mm512_setzero_ps(), d2 = _mm512_setzero_ps(),
+         d3 = _mm512_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    d0 = _mm512_fmadd_ps(_mm512_loadu_ps(p + i), _mm512_loadu_ps(g + i), d0);
+    d1 = _mm512_fmadd_ps(_mm512_loadu_ps(p + i + 16), _mm512_loadu_ps(g + i + 16), d1);
+    d2 = _mm512_fmadd_ps(_mm512_loadu_ps(p + i + 32), _mm512_loadu_ps(g + i + 32), d2);
+    d3 = _mm512_fmadd_ps(_mm512_loadu_ps(p + i + 48), _mm512_loadu_ps(g + i + 48), d3);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 mask = lanes(n - i);
+    d0 =
+        _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, p + i), _mm512_maskz_loadu_ps(mask, g + i), d0);
+  }
+  const __m512 dot = _mm512_set1_ps(
+      _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(d0, d1), _mm512_add_ps(d2, d3))));
+  const __m512 factor = _mm512_set1_ps(scale);
+  // scale * (p * (g - dot)): the portable loop's operations, in its order.
+  for (i = 0; i + 16 <= n; i += 16) {
+    const __m512 v =
+        _mm512_mul_ps(_mm512_loadu_ps(p + i), _mm512_sub_ps(_mm512_loadu_ps(g + i), dot));
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(factor, v));
+  }
+  if (i < n) {
+    const __mmask16 mask = lanes(n - i);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, p + i),
+                                   _mm512_sub_ps(_mm512_maskz_loadu_ps(mask, g + i), dot));
+    _mm512_mask_storeu_ps(y + i, mask, _mm512_mul_ps(factor, v));
+  }
+}
+
 std::int64_t packed_nt_size(std::int64_t n, std::int64_t k) {
   return (n + kPanel - 1) / kPanel * kPanel * k;
 }
@@ -726,6 +760,7 @@ void exp_nonpositive(const float*, float*, std::int64_t) {}
 float softmax_row(const float*, float*, std::int64_t, const float*) {
   return 0.0f;
 }
+void softmax_grad_row(const float*, const float*, float*, std::int64_t, float) {}
 std::int64_t packed_nt_size(std::int64_t, std::int64_t) {
   return 0;
 }
@@ -742,7 +777,7 @@ std::int64_t gemm_tn_scratch_size() {
   return 0;
 }
 void gemm_tn(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, const float*,
-             std::int64_t, float*, std::int64_t, float*) {}
+             std::int64_t, float*, std::int64_t, float*, bool) {}
 bool bf16_available() {
   return false;
 }

@@ -33,6 +33,12 @@ void exp_nonpositive(const float* x, float* y, std::int64_t n);
 // null, the row's maximum, already known (the first pass is skipped).
 float softmax_row(const float* x, float* y, std::int64_t n, const float* max_known = nullptr);
 
+// Softmax's backward over one row of n, scaled: y = scale * (p * (g - dot)) with dot = the sum of
+// p g, from the probabilities p and their gradient g (y may be g): attention's dS from P and dP.
+// The elementwise operations are the portable loop's, in its order; the dot product's sum runs in
+// another order.
+void softmax_grad_row(const float* p, const float* g, float* y, std::int64_t n, float scale);
+
 // Floats that pack_nt needs for B [n, k]: n rounded up to 64, times k.
 std::int64_t packed_nt_size(std::int64_t n, std::int64_t k);
 

@@ -121,6 +121,40 @@ TEST_CASE("avx512: softmax rows against the portable loop") {
   for (float v : out) CHECK(std::isnan(v));
 }
 
+TEST_CASE("avx512: softmax's scaled backward over a row against a float64 loop") {
+  if (skip()) return;
+  // Rows past a vector of 16 and a step of 64 (masked tails), written in place or elsewhere.
+  std::uint32_t seed = 50;
+  for (std::int64_t n : {0, 1, 15, 16, 17, 63, 64, 65, 200, 4096}) {
+    for (const bool in_place : {false, true}) {
+      CAPTURE(n);
+      CAPTURE(in_place);
+      std::vector<float> p = random_floats(static_cast<std::size_t>(n), ++seed);
+      for (float& v : p) v = std::fabs(v) / static_cast<float>(n);
+      std::vector<float> g = random_floats(static_cast<std::size_t>(n + 1), ++seed);
+      const float sentinel = 42.0f;
+      g[static_cast<std::size_t>(n)] = sentinel;
+      std::vector<float> out(static_cast<std::size_t>(n + 1), sentinel);
+      const std::vector<float> g0 = g;
+      float* y = in_place ? g.data() : out.data();
+      avx512::softmax_grad_row(p.data(), g.data(), y, n, 0.125f);
+      double dot = 0, magnitude = 0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        dot += static_cast<double>(p[j]) * g0[j];
+        magnitude += std::fabs(static_cast<double>(p[j]) * g0[j]);
+      }
+      bool close = true;
+      for (std::int64_t j = 0; j < n; ++j) {
+        const double want = 0.125 * p[j] * (g0[j] - dot);
+        const double tol = 1e-6 * 0.125 * p[j] * (std::fabs(g0[j]) + magnitude) + 1e-30;
+        close = close && std::fabs(y[j] - want) <= tol;
+      }
+      CHECK(close);
+      CHECK(y[n] == sentinel);
+    }
+  }
+}
+
 TEST_CASE("avx512: the head-width product C = alpha A B^T against a float64 loop") {
   if (skip()) return;
   std::uint32_t seed = 1;

@@ -372,10 +372,14 @@ TEST_CASE("bench_timing: the core probe measures a round trip, quickly") {
   CHECK_FALSE(probe->what.empty());
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 5; ++i) {
+    const auto before = std::chrono::steady_clock::now();
     const double ns = probe->measure();
+    const double call_ns =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - before).count();
     CHECK(std::isfinite(ns));
     CHECK(ns >= 0);  // 0 with one thread
-    CHECK(ns < 1e7);
+    // A round trip within the call (on a loaded machine one may take a whole time slice).
+    CHECK(ns <= call_ns);
   }
   // Each call stops after about 5 ms, however the threads are placed.
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
