@@ -40,7 +40,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
@@ -410,8 +409,8 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
     // Where the AVX-512 path runs (from kMinKeysGrouped keys on), these two products run on
     // avx512::gemm_tn, which keeps each panel of the sums in L1 across a block's rows and packs
     // dS and P as its first tile reads them (measured, Zen 5, [4, 4, 4096, 64] heads: about 225
-    // GFLOP/s a core against oneDNN's 190-205 here, the backward 5% faster; at 1024 and 2048
-    // keys within 1%, at 512 keys 5% slower).
+    // GFLOP/s a core against oneDNN's 190-205 here, the backward 6% faster; at 1024 keys 3%
+    // faster, at 2048 within 1%, at 512 keys 5% slower).
     // Scratch per thread, allocated here: nothing may throw inside the team.
     const bool own_tn = packed_value.used();
     const std::int64_t block_elements = std::min(rows, s.n) * s.m;
