@@ -178,6 +178,23 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
   return reduced.reshape(shape);
 }
 
+namespace {
+// sum += g for a node's pending gradient. In place where nothing else holds the sum's memory (a
+// gradient the engine made, or one a node returned and let go of) and the backend adds its dtype:
+// no new buffer, and one pass that reads both and writes over the sum. Otherwise a new tensor.
+void accumulate(Tensor& sum, const Tensor& g) {
+  if (sum.is_sole_owner() && sum.is_contiguous() && sum.shape() == g.shape() &&
+      sum.dtype() == g.dtype() && sum.device() == g.device() && !sum.requires_grad()) {
+    Backend& be = backend(sum.device());
+    if (be.supports(Op::binary, sum.dtype())) {
+      be.binary(BinaryOp::add, sum, g, sum);
+      return;
+    }
+  }
+  sum = add(sum, g);
+}
+}  // namespace
+
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   TF_CHECK(root.defined(), "backward: expected a defined tensor, got an undefined Tensor");
   TF_CHECK(root.requires_grad(),
@@ -239,7 +256,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
         if (it == grads.end() || !it->second.defined()) {
           grads[e.node.get()] = gi;
         } else {
-          it->second = add(it->second, gi);
+          accumulate(it->second, gi);
         }
       }
       if (--pending[e.node.get()] == 0) ready.push_back(e.node.get());

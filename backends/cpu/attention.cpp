@@ -21,12 +21,14 @@
 // products and softmax run over those, its probabilities (and dS) are 0 after them, and the key
 // gradients of a block of key columns sum over the queries that may attend to them.
 //
-// On a CPU with AVX-512, float32, the head-width products scale q k^T and grad v^T run on the
-// kernel of avx512.h, a group of 24 rows at a time: softmax (forward) or dS (backward) follows
-// each group while its rows are in L2, and softmax takes the rows' maxima from the product. From
-// 1024 keys on, the group's product over the keys (out = P v forward, grad_query = dS k backward)
-// follows too, on avx512::gemm_nn, reading the group's rows from L2 instead of the block's from
-// L3, and the backward's dP prefetches the next group's probabilities.
+// On a CPU with AVX-512, float32, from kMinKeysGrouped keys on, the products run on the kernels
+// of avx512.h a group of 24 rows at a time: the head-width product (scale q k^T forward, grad v^T
+// backward) on avx512::gemm_nt, then softmax or dS while the group's rows are in L2 (softmax
+// taking the rows' maxima from the product), then the group's product over the keys (out = P v,
+// grad_query = dS k) on avx512::gemm_nn, reading the group's rows from L2 instead of the block's
+// from L3; the backward's dP prefetches the next group's probabilities. With fewer keys every
+// product runs on oneDNN's sgemm over a block of rows. dS is computed a row at a time by
+// avx512::softmax_grad_row at any number of keys.
 //
 // Every GEMM runs on one thread (oneDNN's sgemm for float32, OpenBLAS's dgemm for float64) with
 // the items spread over the OpenMP team: each output element is computed by one call whose
@@ -196,13 +198,12 @@ struct PackedOperand {
 // in L2 when its softmax (forward) or dS (backward) runs right after its product.
 constexpr std::int64_t kGroupRows = 24;
 
-// From this many keys on, the AVX-512 path also runs the products over the keys (out = P v,
-// grad_query = dS k) a group at a time, on avx512::gemm_nn while the group is in L2, and the
-// backward's dP on avx512::gemm_nt, prefetching the next group's probabilities. Below, the
-// probabilities of all matrices fit the caches and oneDNN's sgemm over a block of rows was as
-// fast or faster (measured, Zen 5, [4, 4, n, 64] heads, alternating calls: n = 256 forward 12%
-// slower through gemm_nn, n = 512 1-2%, n = 1024 and 2048 within the spread; n = 4096 forward
-// 3-5% and backward 1-4% faster).
+// From this many keys on, the AVX-512 path runs (above). Below, the probabilities of all
+// matrices fit the caches and oneDNN's sgemm over a block of rows, which packs its operands,
+// was faster (measured, Zen 5, 16 matrices of 64-wide heads, 4096 query rows, alternating calls:
+// forward 3.45 against 4.7 ms at 64 keys, 6.4 against 7.4 at 128, 11.7 against 12.9 at 256; 256
+// and 512 rows of as many keys 10% and 4% faster); from 1024 keys on, the AVX-512 path is the
+// faster (forward 4% at 1024 keys, 6-10% at 2048 and 4096; backward 1-4% at 4096).
 constexpr std::int64_t kMinKeysGrouped = 1024;
 
 // Row i of the scaled scores, in place: -inf where excluded (attention_excluded), then softmax.
@@ -255,9 +256,9 @@ void attention_forward(const Tensor& query, const Tensor& key, const Tensor& val
   const std::int64_t rows = block_size(s.n, s.batches);
   const std::int64_t blocks = (s.n + rows - 1) / rows;
   GemmStatus status;
-  const PackedOperand<T> packed_key(Layout::nt, k, ko, ldk, s, s.d, threads);
-  const PackedOperand<T> packed_value(Layout::nn, v, vo, ldv, s, s.dv, threads,
-                                      packed_key.used() && s.m >= kMinKeysGrouped);
+  const PackedOperand<T> packed_key(Layout::nt, k, ko, ldk, s, s.d, threads,
+                                    s.m >= kMinKeysGrouped);
+  const PackedOperand<T> packed_value(Layout::nn, v, vo, ldv, s, s.dv, threads, packed_key.used());
   // Without a mask or the causal rule, softmax takes each row's maximum from the product.
   const bool max_from_product = !masked && !causal;
   std::vector<float> row_max(
@@ -289,22 +290,17 @@ void attention_forward(const Tensor& query, const Tensor& key, const Tensor& val
           avx512::gemm_nt(g, keys, s.d, static_cast<float>(scale), q + qo[b] + (r0 + i0) * ldq, ldq,
                           packed_key.matrix(b), block + i0 * s.m, s.m, max);
           softmax_rows(i0, i0 + g, max);
-          if (packed_value.used()) {
-            avx512::gemm_nn(g, s.dv, keys, block + i0 * s.m, s.m, packed_value.matrix(b),
-                            o + oo[b] + (r0 + i0) * ldo, ldo);
-          }
+          avx512::gemm_nn(g, s.dv, keys, block + i0 * s.m, s.m, packed_value.matrix(b),
+                          o + oo[b] + (r0 + i0) * ldo, ldo);
         }
+        return;
       }
     }
-    if (!packed_key.used()) {
-      gemm(false, true, r, keys, s.d, static_cast<T>(scale), q + qo[b] + r0 * ldq, ldq, k + ko[b],
-           ldk, T(0), block, s.m, status);
-      softmax_rows(0, r, nullptr);
-    }
-    if (!packed_value.used()) {
-      gemm(false, false, r, s.dv, keys, T(1), block, s.m, v + vo[b], ldv, T(0),
-           o + oo[b] + r0 * ldo, ldo, status);
-    }
+    gemm(false, true, r, keys, s.d, static_cast<T>(scale), q + qo[b] + r0 * ldq, ldq, k + ko[b],
+         ldk, T(0), block, s.m, status);
+    softmax_rows(0, r, nullptr);
+    gemm(false, false, r, s.dv, keys, T(1), block, s.m, v + vo[b], ldv, T(0), o + oo[b] + r0 * ldo,
+         ldo, status);
   });
   status.check(op);
 }

@@ -485,6 +485,99 @@ TF_AVX512 void softmax_grad_row(const float* p, const float* g, float* y, std::i
   }
 }
 
+namespace {
+
+// The sum of four accumulators' lanes.
+TF_AVX512 inline float sum_of(__m512 a, __m512 b, __m512 c, __m512 d) {
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
+}
+
+// Loads lanes [i, i + 16) of a row of n, zeros past its end.
+TF_AVX512 inline __m512 load_row(const float* x, std::int64_t i, std::int64_t n) {
+  return i + 16 <= n ? _mm512_loadu_ps(x + i) : _mm512_maskz_loadu_ps(lanes(n - i), x + i);
+}
+
+TF_AVX512 inline void store_row(float* y, std::int64_t i, std::int64_t n, __m512 v) {
+  if (i + 16 <= n) {
+    _mm512_storeu_ps(y + i, v);
+  } else {
+    _mm512_mask_storeu_ps(y + i, lanes(n - i), v);
+  }
+}
+
+}  // namespace
+
+TF_AVX512 void layer_norm_row(const float* x, const float* residual, float* h, const float* w,
+                              const float* b, float eps, float* y, float* mean, float* rstd,
+                              std::int64_t n) {
+  // The row's sum (after h = x + residual), then its squared deviations, each in four chains of
+  // 16 lanes (vector i goes to chain i % 4); the zeros past the row's end add nothing.
+  __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                 _mm512_setzero_ps()};
+  for (std::int64_t i = 0, chain = 0; i < n; i += 16, chain = (chain + 1) & 3) {
+    __m512 v = load_row(x, i, n);
+    if (residual != nullptr) {
+      v = _mm512_add_ps(v, load_row(residual, i, n));
+      store_row(h, i, n, v);
+    }
+    s[chain] = _mm512_add_ps(s[chain], v);
+  }
+  const float* src = residual != nullptr ? h : x;
+  const float m = sum_of(s[0], s[1], s[2], s[3]) / static_cast<float>(n);
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 q[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                 _mm512_setzero_ps()};
+  for (std::int64_t i = 0, chain = 0; i < n; i += 16, chain = (chain + 1) & 3) {
+    const __mmask16 mask = i + 16 <= n ? __mmask16(0xFFFF) : lanes(n - i);
+    const __m512 d = _mm512_maskz_sub_ps(mask, load_row(src, i, n), mv);
+    q[chain] = _mm512_fmadd_ps(d, d, q[chain]);
+  }
+  const float r = math::layer_norm_rstd(sum_of(q[0], q[1], q[2], q[3]), static_cast<float>(n), eps);
+  *mean = m;
+  *rstd = r;
+  const __m512 rv = _mm512_set1_ps(r);
+  for (std::int64_t i = 0; i < n; i += 16) {
+    __m512 v = _mm512_mul_ps(_mm512_sub_ps(load_row(src, i, n), mv), rv);
+    if (w != nullptr) v = _mm512_mul_ps(v, load_row(w, i, n));
+    if (b != nullptr) v = _mm512_add_ps(v, load_row(b, i, n));
+    store_row(y, i, n, v);
+  }
+}
+
+TF_AVX512 void layer_norm_backward_row(const float* g, const float* x, const float* w, float mean,
+                                       float rstd, float* dx, float* dw, float* db,
+                                       std::int64_t n) {
+  const __m512 mv = _mm512_set1_ps(mean), rv = _mm512_set1_ps(rstd);
+  // sum(gy) and sum(gy xhat) in four chains each, with the column sums on the way.
+  __m512 sg[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                  _mm512_setzero_ps()};
+  __m512 sx[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                  _mm512_setzero_ps()};
+  for (std::int64_t i = 0, chain = 0; i < n; i += 16, chain = (chain + 1) & 3) {
+    const __mmask16 mask = i + 16 <= n ? __mmask16(0xFFFF) : lanes(n - i);
+    const __m512 gv = load_row(g, i, n);
+    const __m512 xhat = _mm512_mul_ps(_mm512_maskz_sub_ps(mask, load_row(x, i, n), mv), rv);
+    if (dw != nullptr) store_row(dw, i, n, _mm512_fmadd_ps(gv, xhat, load_row(dw, i, n)));
+    if (db != nullptr) store_row(db, i, n, _mm512_add_ps(load_row(db, i, n), gv));
+    if (dx == nullptr) continue;
+    const __m512 gy = w != nullptr ? _mm512_mul_ps(gv, load_row(w, i, n)) : gv;
+    sg[chain] = _mm512_add_ps(sg[chain], gy);
+    sx[chain] = _mm512_fmadd_ps(gy, xhat, sx[chain]);
+  }
+  if (dx == nullptr) return;
+  const float count = static_cast<float>(n);
+  const __m512 a = _mm512_set1_ps(sum_of(sg[0], sg[1], sg[2], sg[3]) / count);
+  const __m512 bq = _mm512_set1_ps(sum_of(sx[0], sx[1], sx[2], sx[3]) / count);
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __m512 gv = load_row(g, i, n);
+    const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load_row(x, i, n), mv), rv);
+    const __m512 gy = w != nullptr ? _mm512_mul_ps(gv, load_row(w, i, n)) : gv;
+    // rstd (gy - mean(gy) - xhat mean(gy xhat)), as math::layer_norm_dx.
+    store_row(dx, i, n,
+              _mm512_mul_ps(rv, _mm512_sub_ps(_mm512_sub_ps(gy, a), _mm512_mul_ps(xhat, bq))));
+  }
+}
+
 std::int64_t packed_nt_size(std::int64_t n, std::int64_t k) {
   return (n + kPanel - 1) / kPanel * kPanel * k;
 }
@@ -529,6 +622,12 @@ TF_AVX512 void gemm_nt(std::int64_t m, std::int64_t n, std::int64_t k, float alp
   for (std::int64_t i = 0; i < m; i += kTileRows) {
     const std::int64_t rows = m - i < kTileRows ? m - i : kTileRows;
     const std::int64_t count = total_lines - done < per_group ? total_lines - done : per_group;
+    // The rows of A two groups ahead into L1, so that their first panel's broadcasts do not
+    // wait for memory (at i = 0, the next group's too).
+    for (std::int64_t r = i == 0 ? kTileRows : 2 * kTileRows; r < 3 * kTileRows && i + r < m; ++r) {
+      const char* row = reinterpret_cast<const char*>(a + (i + r) * lda);
+      for (std::int64_t byte = 0; byte < k * 4; byte += 64) _mm_prefetch(row + byte, _MM_HINT_T0);
+    }
     rows_nt(rows, n, k, alpha, a + i * lda, lda, packed_b, c + i * ldc, ldc,
             row_max != nullptr ? row_max + i : nullptr,
             lines != nullptr ? lines + 64 * done : nullptr, count);
@@ -761,6 +860,10 @@ float softmax_row(const float*, float*, std::int64_t, const float*) {
   return 0.0f;
 }
 void softmax_grad_row(const float*, const float*, float*, std::int64_t, float) {}
+void layer_norm_row(const float*, const float*, float*, const float*, const float*, float, float*,
+                    float*, float*, std::int64_t) {}
+void layer_norm_backward_row(const float*, const float*, const float*, float, float, float*, float*,
+                             float*, std::int64_t) {}
 std::int64_t packed_nt_size(std::int64_t, std::int64_t) {
   return 0;
 }

@@ -14,7 +14,9 @@
 //   matrix into panels of 64 columns, and the same register tile shape runs the sum over k in
 //   chunks that stay in L1;
 // - the product with a transposed first operand: C (+)= A^T B, the weight gradients and
-//   attention's key and value gradients, in chunks of 128 rows of k.
+//   attention's key and value gradients, in chunks of 128 rows of k;
+// - layer normalisation a row at a time, forward (after a residual add) and backward, with the
+//   row sums in several chains.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,20 @@ float softmax_row(const float* x, float* y, std::int64_t n, const float* max_kno
 // another order.
 void softmax_grad_row(const float* p, const float* g, float* y, std::int64_t n, float scale);
 
+// Layer normalisation of one row of n: with residual not null, h = x + residual is written to h
+// and normalised in place of x; y = (x - mean) rstd w + b (w, b: null for none), rstd =
+// math::layer_norm_rstd of the squared deviations from the mean. The row's two sums run in four
+// chains of 16 lanes.
+void layer_norm_row(const float* x, const float* residual, float* h, const float* w, const float* b,
+                    float eps, float* y, float* mean, float* rstd, std::int64_t n);
+
+// Layer normalisation's backward over one row of n, from its input x (h, with a residual), mean
+// and rstd: dx = math::layer_norm_dx of gy = g w (g for a null w) and xhat = (x - mean) rstd,
+// with the row sums of gy and gy xhat in four chains; dw += g xhat and db += g column by column
+// (the caller's partial sums). Any of dx, dw, db may be null.
+void layer_norm_backward_row(const float* g, const float* x, const float* w, float mean, float rstd,
+                             float* dx, float* dw, float* db, std::int64_t n);
+
 // Floats that pack_nt needs for B [n, k]: n rounded up to 64, times k.
 std::int64_t packed_nt_size(std::int64_t n, std::int64_t k);
 
@@ -52,7 +68,8 @@ void pack_nt(const float* b, std::int64_t ldb, std::int64_t n, std::int64_t k, f
 // the largest C[i, :], NaNs left out (as row_max in softmax_row.h), -inf for n = 0.
 // prefetch, prefetch_bytes: memory that the caller reads next (the next rows' probabilities in
 // attention's backward), brought into L2 a slice per register tile, so that its transfer from
-// memory overlaps the arithmetic; null for none.
+// memory overlaps the arithmetic; null for none. The rows of A are prefetched into L1 two groups
+// of 6 rows ahead.
 void gemm_nt(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
              std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc, float* row_max,
              const void* prefetch = nullptr, std::int64_t prefetch_bytes = 0);

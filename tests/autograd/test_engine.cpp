@@ -47,6 +47,18 @@ struct BadShape : tf::autograd::Function {
   std::string name() const override { return "BadShape"; }
 };
 
+// Passes its input through; its backward returns a gradient it keeps (`kept`) for its input,
+// so that the engine's sum for that input starts as memory someone else holds.
+struct KeepsGradient : tf::autograd::Function {
+  Tensor kept;
+  Tensor forward(const std::vector<Tensor>& in) override { return in[0] * 1.0; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    kept = g * 10.0;
+    return {kept};
+  }
+  std::string name() const override { return "KeepsGradient"; }
+};
+
 }  // namespace
 
 TEST_CASE("a tensor used by several consumers accumulates their gradients") {
@@ -59,6 +71,24 @@ TEST_CASE("a tensor used by several consumers accumulates their gradients") {
   CHECK(values(x.grad()) == std::vector<double>{5.0, -1.0, 9.0});
   x.zero_grad();
   CHECK_FALSE(x.grad().defined());
+}
+
+TEST_CASE("gradients sum in place only into memory nothing else holds") {
+  // y = x * 2 + f(x) + x * 3 + x * 4 with f passing x through and keeping its gradient: the
+  // engine's sum for x starts as one of several gradients, some held elsewhere; whichever order
+  // they arrive in, the kept one must not change and the sum must be right.
+  for (const bool kept_first : {false, true}) {
+    CAPTURE(kept_first);
+    Tensor x = leaf({1.0, -2.0, 3.0, 0.5}, {2, 2});
+    auto keeper = std::make_shared<KeepsGradient>();
+    const Tensor through = tf::autograd::apply(keeper, {x});
+    const Tensor y = kept_first ? (through + x * 2.0) + (x * 3.0 + x * 4.0)
+                                : (x * 2.0 + x * 3.0) + (x * 4.0 + through);
+    tf::sum(y * 1.5).backward();
+    // d/dx = 1.5 * (2 + 3 + 4) + 15 = 28.5 everywhere; the kept gradient stays 15.
+    CHECK(values(x.grad()) == std::vector<double>(4, 28.5));
+    CHECK(values(keeper->kept) == std::vector<double>(4, 15.0));
+  }
 }
 
 TEST_CASE("a leaf's first gradient is its own memory, taken or copied") {

@@ -1,7 +1,7 @@
 // The CPU backend's AVX-512 kernels (backends/cpu/avx512.h) against plain loops: the exponential
 // bit for bit, softmax rows, the head-width product over odd sizes, strides, its row maxima and
 // its prefetch, the product over the keys and the weight gradient's product (float32, and
-// bfloat16 where the CPU has AVX512-BF16). Where the CPU (or
+// bfloat16 where the CPU has AVX512-BF16), layer norm rows. Where the CPU (or
 // DNNL_MAX_CPU_ISA) rules AVX-512 out, the cases say so and check nothing else; the ctest case
 // cpu_portable_attention runs attention's parity cases on the portable path.
 #include <doctest/doctest.h>
@@ -151,6 +151,104 @@ TEST_CASE("avx512: softmax's scaled backward over a row against a float64 loop")
       }
       CHECK(close);
       CHECK(y[n] == sentinel);
+    }
+  }
+}
+
+TEST_CASE("avx512: layer norm rows, forward and backward, against float64 loops") {
+  if (skip()) return;
+  // Rows past a vector of 16 and a step of 64 (masked tails), with and without a residual,
+  // weight and bias; a sentinel past each row's end must stay.
+  std::uint32_t seed = 70;
+  const float sentinel = 42.0f, eps = 1e-5f;
+  for (std::int64_t n : {1, 15, 16, 17, 63, 64, 65, 256, 300}) {
+    for (const bool residual : {false, true}) {
+      for (const bool affine : {false, true}) {
+        CAPTURE(n);
+        CAPTURE(residual);
+        CAPTURE(affine);
+        const auto row = [&](float offset) {
+          std::vector<float> v = random_floats(static_cast<std::size_t>(n + 1), ++seed);
+          for (float& e : v) e += offset;  // a mean far from 0: the two-pass variance holds
+          v[static_cast<std::size_t>(n)] = sentinel;
+          return v;
+        };
+        const std::vector<float> x = row(3.0f), r = row(-1.0f), w = row(0.5f), b = row(0.0f),
+                                 g = row(0.0f);
+        std::vector<float> h(static_cast<std::size_t>(n + 1), sentinel), y = h;
+        float mean = 0, rstd = 0;
+        avx512::layer_norm_row(x.data(), residual ? r.data() : nullptr,
+                               residual ? h.data() : nullptr, affine ? w.data() : nullptr,
+                               affine ? b.data() : nullptr, eps, y.data(), &mean, &rstd, n);
+        // float64: the input, its mean and variance, the output.
+        std::vector<double> in(static_cast<std::size_t>(n));
+        double sum = 0;
+        for (std::int64_t j = 0; j < n; ++j) {
+          in[j] = residual ? static_cast<double>(x[j] + r[j]) : x[j];  // h rounds to float
+          sum += in[j];
+        }
+        const double want_mean = sum / static_cast<double>(n);
+        double sq = 0;
+        for (double v : in) sq += (v - want_mean) * (v - want_mean);
+        const double want_rstd = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps);
+        CHECK(std::fabs(mean - want_mean) <= 1e-6 * (std::fabs(want_mean) + 1));
+        CHECK(std::fabs(rstd - want_rstd) <= 1e-5 * want_rstd);
+        bool close = true, h_exact = true;
+        for (std::int64_t j = 0; j < n; ++j) {
+          const double xhat = (in[j] - want_mean) * want_rstd;
+          const double want = affine ? xhat * w[j] + b[j] : xhat;
+          close = close && std::fabs(y[j] - want) <= 1e-5 * (std::fabs(want) + 1);
+          if (residual) h_exact = h_exact && h[j] == x[j] + r[j];
+        }
+        CHECK(close);
+        CHECK(h_exact);
+        CHECK(y[static_cast<std::size_t>(n)] == sentinel);
+        CHECK(h[static_cast<std::size_t>(n)] == sentinel);
+
+        // The backward from that row's input, mean and rstd, adding to column sums that start
+        // at 1 (a block's running sums).
+        const std::vector<float>& src = residual ? h : x;
+        std::vector<float> dx(static_cast<std::size_t>(n + 1), sentinel);
+        std::vector<float> dw(static_cast<std::size_t>(n + 1), 1.0f), db = dw;
+        dw[static_cast<std::size_t>(n)] = db[static_cast<std::size_t>(n)] = sentinel;
+        avx512::layer_norm_backward_row(g.data(), src.data(), affine ? w.data() : nullptr, mean,
+                                        rstd, dx.data(), dw.data(), db.data(), n);
+        double sum_gy = 0, sum_gy_xhat = 0;
+        for (std::int64_t j = 0; j < n; ++j) {
+          const double xhat = (static_cast<double>(src[j]) - mean) * rstd;
+          const double gy = affine ? static_cast<double>(g[j]) * w[j] : g[j];
+          sum_gy += gy;
+          sum_gy_xhat += gy * xhat;
+        }
+        bool dx_close = true, dw_close = true, db_close = true;
+        for (std::int64_t j = 0; j < n; ++j) {
+          const double xhat = (static_cast<double>(src[j]) - mean) * rstd;
+          const double gy = affine ? static_cast<double>(g[j]) * w[j] : g[j];
+          const double want = rstd * (gy - sum_gy / static_cast<double>(n) -
+                                      xhat * sum_gy_xhat / static_cast<double>(n));
+          dx_close = dx_close && std::fabs(dx[j] - want) <= 1e-5 * rstd * (std::fabs(gy) + 1);
+          dw_close = dw_close &&
+                     std::fabs(dw[j] - (1.0 + g[j] * xhat)) <= 1e-5 * (1 + std::fabs(g[j] * xhat));
+          db_close = db_close && dw_close && db[j] == 1.0f + g[j];
+        }
+        CHECK(dx_close);
+        CHECK(dw_close);
+        CHECK(db_close);
+        CHECK(dx[static_cast<std::size_t>(n)] == sentinel);
+        CHECK(dw[static_cast<std::size_t>(n)] == sentinel);
+        CHECK(db[static_cast<std::size_t>(n)] == sentinel);
+
+        // Without dx, the column sums alone; without them, dx alone (the same bits).
+        std::vector<float> dx2(static_cast<std::size_t>(n + 1), sentinel);
+        avx512::layer_norm_backward_row(g.data(), src.data(), affine ? w.data() : nullptr, mean,
+                                        rstd, dx2.data(), nullptr, nullptr, n);
+        CHECK(dx2 == dx);
+        std::vector<float> db2(static_cast<std::size_t>(n + 1), 1.0f);
+        db2[static_cast<std::size_t>(n)] = sentinel;
+        avx512::layer_norm_backward_row(g.data(), src.data(), affine ? w.data() : nullptr, mean,
+                                        rstd, nullptr, nullptr, db2.data(), n);
+        CHECK(db2 == db);
+      }
     }
   }
 }
