@@ -315,6 +315,27 @@ TEST_CASE("parity: binary with a broadcast scalar, large and misaligned inputs")
   }
 }
 
+TEST_CASE("parity: binary written over its first operand (out is a)") {
+  // core/ops.def allows out == a (contiguous), as the autograd engine's in-place sum of
+  // gradients uses it: sizes below and past a vector, and one with many blocks per grid.
+  if (!available()) return;
+  std::uint64_t seed = 2500;
+  for (DType dtype : floating_dtypes()) {
+    if (dtype == DType::bfloat16 && !dev().supports(Op::binary, dtype)) continue;
+    for (const Shape& shape : {Shape{7}, Shape{33, 65}, Shape{3, 1000, 333}}) {
+      for (BinaryOp op : {BinaryOp::add, BinaryOp::mul}) {
+        const Pair a = make_pair(shape, dtype, Layout::contiguous, seed++);
+        const Pair b = make_pair(shape, dtype, Layout::contiguous, seed++);
+        const Tensor expected = ref_output(shape, dtype);
+        ref().binary(op, for_ref(a.ref), for_ref(b.ref), expected);
+        dev().binary(op, a.dev, b.dev, a.dev);
+        check_close(a.dev, as_dtype(expected, dtype),
+                    label(binary_name(op), dtype, shape, Layout::contiguous) + " in place");
+      }
+    }
+  }
+}
+
 TEST_CASE("parity: maximum and minimum propagate NaN") {
   if (!available()) return;
   const double nan = std::numeric_limits<double>::quiet_NaN();
