@@ -36,8 +36,7 @@ def median_ci_halfwidth(values):
         return float("nan")
     lo = max(1, math.floor(m / 2 - 0.98 * math.sqrt(m)))
     hi = min(m, math.ceil(1 + m / 2 + 0.98 * math.sqrt(m)))
-    med = median(s)
-    return max(med - s[lo - 1], s[hi - 1] - med) / med
+    return (s[hi - 1] - s[lo - 1]) / 2 / median(s)
 
 
 def efficiencies(data):
@@ -68,7 +67,7 @@ def efficiencies(data):
 
 def main(paths):
     if not paths:
-        print(__doc__.strip().splitlines()[-3].strip(), file=sys.stderr)
+        print("usage: examples/ceiling_efficiency.py run.json [more.json ...]", file=sys.stderr)
         return 2
     for path in paths:
         try:
