@@ -163,10 +163,13 @@ TEST_CASE("avx512: layer norm rows, forward and backward, against float64 loops"
   const float sentinel = 42.0f, eps = 1e-5f;
   for (std::int64_t n : {1, 15, 16, 17, 63, 64, 65, 256, 300}) {
     for (const bool residual : {false, true}) {
-      for (const bool affine : {false, true}) {
+      // Weight and bias each present or not (affine: the weight; shifted: the bias).
+      for (const int parts : {0, 1, 2, 3}) {
+        const bool affine = (parts & 1) != 0, shifted = (parts & 2) != 0;
         CAPTURE(n);
         CAPTURE(residual);
         CAPTURE(affine);
+        CAPTURE(shifted);
         const auto row = [&](float offset) {
           std::vector<float> v = random_floats(static_cast<std::size_t>(n + 1), ++seed);
           for (float& e : v) e += offset;  // a mean far from 0: the two-pass variance holds
@@ -179,7 +182,7 @@ TEST_CASE("avx512: layer norm rows, forward and backward, against float64 loops"
         float mean = 0, rstd = 0;
         avx512::layer_norm_row(x.data(), residual ? r.data() : nullptr,
                                residual ? h.data() : nullptr, affine ? w.data() : nullptr,
-                               affine ? b.data() : nullptr, eps, y.data(), &mean, &rstd, n);
+                               shifted ? b.data() : nullptr, eps, y.data(), &mean, &rstd, n);
         // float64: the input, its mean and variance, the output.
         std::vector<double> in(static_cast<std::size_t>(n));
         double sum = 0;
@@ -196,7 +199,7 @@ TEST_CASE("avx512: layer norm rows, forward and backward, against float64 loops"
         bool close = true, h_exact = true;
         for (std::int64_t j = 0; j < n; ++j) {
           const double xhat = (in[j] - want_mean) * want_rstd;
-          const double want = affine ? xhat * w[j] + b[j] : xhat;
+          const double want = (affine ? xhat * w[j] : xhat) + (shifted ? b[j] : 0.0);
           close = close && std::fabs(y[j] - want) <= 1e-5 * (std::fabs(want) + 1);
           if (residual) h_exact = h_exact && h[j] == x[j] + r[j];
         }
