@@ -15,8 +15,8 @@
 //   bfloat16: one oneDNN bfloat16 product with float32 accumulation where oneDNN has a bfloat16
 //     kernel for this CPU (bf16_matmul_native), else float32 products of the widened operands;
 //     a single mixed-precision weight gradient (bfloat16 operands, the first transposed, a
-//     float32 out, M <= 512) on the own kernel where the CPU has AVX512-BF16 (matmul_tn,
-//     avx512::gemm_tn_bf16);
+//     float32 out, M <= 512) on the own kernel where the CPU has AVX512-BF16 but oneDNN does not
+//     run AMX (matmul_tn, avx512::gemm_tn_bf16; with AMX, oneDNN's tiles are 3.5-4.5x faster);
 //   float32 under set_matmul_precision(bf16), above the small-product size and where the CPU has
 //     bfloat16 instructions (bf16_matmul_fast): both operands rounded to bfloat16, one bfloat16
 //     product with a float32 result (matmul_bf16_operands); elsewhere exact float32.
@@ -210,15 +210,18 @@ void describe4(const Tensor& t, const GemmOperand& entry, Shape& dims, Shape& st
 // (float32 or native bfloat16, no rounding of float32 operands, no transposed-first float32
 // operand below AVX-512), every matrix dim exceeds 1 (no degenerate strides), and the product
 // is not a column-major b with M*N of at least kLargeScores: there (attention's scores Q K^T
-// at n >= 512) oneDNN 2.6's blocked kernel runs 15-30% below its jit GEMM on the entries
-// (docs/matmul.md).
+// at n >= 512) oneDNN 2.6's blocked kernel runs 15-30% below its jit GEMM on the entries, except
+// for bfloat16 on AMX, where only the blocked kernel uses the tiles (docs/matmul.md).
 bool matmul4_on_dnnl(const Tensor& a, const Tensor& b, const Tensor& out) {
   constexpr std::int64_t kLargeScores = std::int64_t{1} << 18;
   const std::int64_t m = out.size(2), n = out.size(3), k = a.size(3);
   if (m <= 1 || n <= 1 || k <= 1) return false;
   if (out.dtype() == DType::float64) return false;
   const bool b_column_major = b.stride(2) == 1 && b.stride(3) != 1;
-  if (b_column_major && m * n >= kLargeScores) return false;
+  if (b_column_major && m * n >= kLargeScores &&
+      !(a.dtype() == DType::bfloat16 && bf16_matmul_amx())) {
+    return false;
+  }
   if (a.dtype() == DType::bfloat16) return bf16_matmul_native();
   if (matmul_precision() == MatmulPrecision::bf16 && bf16_matmul_fast() && m * n * k > kSmallGemm) {
     return false;
@@ -271,6 +274,12 @@ bool bf16_matmul_fast() {
            (isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx);
   }();
   return fast;
+}
+
+bool bf16_matmul_amx() {
+  static const bool amx =
+      bf16_matmul_native() && dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  return amx;
 }
 
 // A float32 product out = a^T b of one matrix, a read column-major (a weight gradient g^T x), with
@@ -345,10 +354,11 @@ void matmul_tn(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, float
 // Whether out = a^T b of one matrix (a column-major, b row-major: a weight gradient) runs on
 // matmul_tn: float32, or bfloat16 operands with a float32 out (mixed precision) where the CPU has
 // AVX512-BF16 and oneDNN's bfloat16 kernels are on (bf16_matmul_fast: DNNL_MAX_CPU_ISA turns
-// both off).
+// both off) but not on AMX (bf16_matmul_amx), which outruns the own kernel's dot products.
 bool tn_on_avx512(const GemmInput& pa, const GemmInput& pb, std::int64_t m, std::int64_t k,
                   std::int64_t n, bool mixed) {
-  return (mixed ? avx512::bf16_available() && bf16_matmul_fast() : avx512::available()) &&
+  return (mixed ? avx512::bf16_available() && bf16_matmul_fast() && !bf16_matmul_amx()
+                : avx512::available()) &&
          pa.layout.transposed && !pb.layout.transposed && m > 1 && m <= kTnMaxRows &&
          m * n * k > kSmallGemm;
 }

@@ -22,6 +22,10 @@ bool bf16_matmul_native();
 // True when those kernels run on bfloat16 instructions (AVX-512 BF16, AMX), faster than float32:
 // then float32 products round their operands to bfloat16 under MatmulPrecision::bf16.
 bool bf16_matmul_fast();
+// True when they run on AMX tiles (oneDNN's avx512_core_amx), several times faster again than on
+// AVX-512 BF16: there every bfloat16 product goes to oneDNN's blocked (brgemm) kernel, the only
+// one of its kernels that uses the tiles (docs/matmul.md).
+bool bf16_matmul_amx();
 
 // The largest M*N*K that a float32 product with a batch of one sends to cblas_sgemm (its lower
 // fixed cost at that size), and up to which MatmulPrecision::bf16 keeps a product exact; the

@@ -77,7 +77,8 @@ std::string runtime_info() {
     << " processors), " << wait_policy_info() << "\n"
     << "parallel grain: " << parallel_grain_info() << "\n"
     << "bfloat16 products: "
-    << (bf16_matmul_fast()     ? "oneDNN bfloat16 kernels"
+    << (bf16_matmul_amx()      ? "oneDNN bfloat16 kernels on AMX tiles"
+        : bf16_matmul_fast()   ? "oneDNN bfloat16 kernels"
         : bf16_matmul_native() ? "oneDNN bfloat16 kernels, emulated (no BF16 instructions)"
                                : "no oneDNN kernel on this CPU (float32)")
     << "; float32 products: "
