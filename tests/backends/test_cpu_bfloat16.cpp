@@ -227,6 +227,53 @@ TEST_CASE("bfloat16: matmul against a float64 reference") {
                   Error);
 }
 
+TEST_CASE("bfloat16 operands, float32 out: attention's scores with two batch dims") {
+  // Q K^T under autocast: heads [B, H, n, d] viewed in [B, n, H, d] buffers, K^T read
+  // column-major. From a head's [n, m] of 2^18 elements the backend runs one jit GEMM per
+  // sequence, or the 4-D blocked kernel where oneDNN runs AMX (matmul4_on_dnnl); below, the 4-D
+  // product everywhere. Against float64 sums of the same bfloat16 values, out written as heads.
+  Backend& cpu = backend(Device::cpu());
+  MESSAGE("bfloat16 products " << (cpu::bf16_matmul_amx() ? "on AMX tiles" : "without AMX"));
+  const std::int64_t batch = 2, heads = 2, d = 64;
+  for (const std::int64_t n : {100, 512}) {
+    CAPTURE(n);
+    std::mt19937 gen(static_cast<std::uint32_t>(n));
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> qv(static_cast<std::size_t>(batch * n * heads * d)), kv(qv.size());
+    for (float& v : qv) v = as_float(bfloat16(dist(gen)));  // exactly representable
+    for (float& v : kv) v = as_float(bfloat16(dist(gen)));
+    const Tensor q =
+        raw::to_dtype(from<float>(qv, {batch, n, heads, d}), kBFloat16).transpose(1, 2);
+    const Tensor k_t = raw::to_dtype(from<float>(kv, {batch, n, heads, d}), kBFloat16)
+                           .permute({0, 2, 3, 1});  // [batch, heads, d, n], column-major
+    const Tensor buffer = empty({batch, n, heads, n});
+    cpu.matmul(q, k_t, buffer.transpose(1, 2));
+    const std::vector<float> got = buffer.to_vector<float>();
+    bool close = true;
+    const auto at = [&](std::int64_t b, std::int64_t row, std::int64_t h, std::int64_t j) {
+      return static_cast<std::size_t>(((b * n + row) * heads + h) * d + j);
+    };
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t h = 0; h < heads; ++h) {
+        for (std::int64_t i = 0; i < n; ++i) {
+          for (std::int64_t c = 0; c < n; ++c) {
+            double ref = 0, mag = 0;
+            for (std::int64_t j = 0; j < d; ++j) {
+              const double x = qv[at(b, i, h, j)], y = kv[at(b, c, h, j)];
+              ref += x * y;
+              mag += std::abs(x * y);
+            }
+            // Exact products, float32 sums of 64 terms.
+            const double v = got[static_cast<std::size_t>(((b * n + i) * heads + h) * n + c)];
+            close = close && std::abs(v - ref) <= 64 * 0x1p-24 * mag;
+          }
+        }
+      }
+    }
+    CHECK(close);
+  }
+}
+
 TEST_CASE(
     "float32 matmul under MatmulPrecision::bf16: operands rounded where the CPU has the "
     "instructions") {

@@ -384,15 +384,22 @@ TEST_CASE("parity: matmul: two batch dims, each with its own stride (attention's
       }
     }
   }
-  // Mixed precision: bfloat16 heads into a float32 out, as attention's products under autocast.
+  // Mixed precision: bfloat16 heads into a float32 out, as attention's products under autocast;
+  // the second shape is attention's scores Q K^T with a head's [M, N] at 2^18 elements, where
+  // the CPU backend picks its kernel by the size (one jit GEMM per sequence, or the 4-D blocked
+  // kernel where oneDNN runs AMX).
   if (supports(DType::bfloat16)) {
-    const Pair a = operand4(Operand4::heads, 2, 4, 131, 65, DType::bfloat16, 1);
-    const Pair b = operand4(Operand4::heads_transposed, 2, 4, 65, 67, DType::bfloat16, 2);
-    const Tensor buffer = make_output({2, 131, 4, 67}, DType::float32).dev;
-    const Tensor expected = ref_output({2, 4, 131, 67}, DType::float32);
-    dev().matmul(a.dev, b.dev, buffer.transpose(1, 2));
-    ref().matmul(ref_input(a.ref), ref_input(b.ref), expected);
-    compare(buffer.transpose(1, 2), expected, "bfloat16 heads into a float32 out", {1e-5, 1e-5});
+    for (const Shape4& s : {Shape4{2, 4, 131, 65, 67}, Shape4{1, 2, 512, 64, 512}}) {
+      const Pair a = operand4(Operand4::heads, s.b1, s.b2, s.m, s.k, DType::bfloat16, seed++);
+      const Pair b =
+          operand4(Operand4::heads_transposed, s.b1, s.b2, s.k, s.n, DType::bfloat16, seed++);
+      const Tensor buffer = make_output({s.b1, s.m, s.b2, s.n}, DType::float32).dev;
+      const Tensor expected = ref_output({s.b1, s.b2, s.m, s.n}, DType::float32);
+      dev().matmul(a.dev, b.dev, buffer.transpose(1, 2));
+      ref().matmul(ref_input(a.ref), ref_input(b.ref), expected);
+      compare(buffer.transpose(1, 2), expected,
+              "bfloat16 heads into a float32 out, M = " + std::to_string(s.m), {1e-5, 1e-5});
+    }
   }
   // Outs no product may write: entries that overlap, a broadcast B2.
   const Pair a = make_pair({2, 3, 4, 5}, DType::float32, Layout::contiguous, 3);
