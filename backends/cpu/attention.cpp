@@ -50,6 +50,7 @@
 
 #include "backends/cpu/avx512.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dnnl_context.h"
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/softmax_row.h"
@@ -406,9 +407,10 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
     // avx512::gemm_tn, which keeps each panel of the sums in L1 across a block's rows and packs
     // dS and P as its first tile reads them (measured, Zen 5, [4, 4, 4096, 64] heads: about 225
     // GFLOP/s a core against oneDNN's 190-205 here, the backward 6% faster; at 1024 keys 3%
-    // faster, at 2048 within 1%, at 512 keys 5% slower).
+    // faster, at 2048 within 1%, at 512 keys 5% slower). Not where oneDNN runs AMX
+    // (dnnl_runs_amx): on the Intel Xeon measured there, oneDNN's sgemm was the faster one.
     // Scratch per thread, allocated here: nothing may throw inside the team.
-    const bool own_tn = packed_value.used();
+    const bool own_tn = packed_value.used() && !dnnl_runs_amx();
     const std::int64_t block_elements = std::min(rows, s.n) * s.m;
     const std::int64_t tn_elements = own_tn ? avx512::gemm_tn_scratch_size() : 0;
     const std::int64_t per_thread = block_elements + (s.d + s.dv) * s.m + tn_elements;

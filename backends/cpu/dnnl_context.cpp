@@ -223,4 +223,9 @@ bool dnnl_runs_avx512() {
   return yes;
 }
 
+bool dnnl_runs_amx() {
+  static const bool yes = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  return yes;
+}
+
 }  // namespace tinyformer::cpu

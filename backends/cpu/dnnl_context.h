@@ -23,6 +23,10 @@ dnnl::stream& dnnl_stream();
 // and OS have them and DNNL_MAX_CPU_ISA does not cap them. Computed once.
 bool dnnl_runs_avx512();
 
+// Whether oneDNN's effective ISA is avx512_core_amx (AMX tiles: Intel Xeons from Sapphire Rapids
+// on, unless DNNL_MAX_CPU_ISA caps it). Computed once.
+bool dnnl_runs_amx();
+
 // oneDNN's element type for a tinyformer dtype; throws naming `op` for float64, int64 and bool,
 // which oneDNN has no kernels for (callers route those to their loop paths first).
 dnnl::memory::data_type dnnl_type(DType dtype, const char* op);
