@@ -190,54 +190,75 @@ TF_AVX512 __attribute__((noinline)) void tile_6x64(std::int64_t k, const float* 
 #undef TF_ROW_STORE
 }
 
-// Rows [i, i + rows) of C, rows <= 6, panel by panel: a full tile straight into C, a short one
-// (fewer rows, or the last panel's fewer columns) into `spill` and copied from there. With
-// row_max, each row's largest element (NaNs left out: max(v, m) with a NaN v keeps m), from the
-// registers of a full tile, from `spill` for a short one. Before the tiles, prefetch_lines cache
-// lines from `prefetch` on go to L2, a few per tile.
-TF_AVX512 void rows_nt(std::int64_t rows, std::int64_t n, std::int64_t k, float alpha,
+// Register tiles per band of gemm_nt: a band's rows (24) go through each panel of B in turn, so
+// that the panel (16 KiB at k = 64) is read from L2 once and stays in L1 for the band's four
+// tiles, rather than streamed from L2 once per tile (measured, Intel Xeon family 6 model 207, one
+// core, alternating calls: 24 rows x 64 wide against 256 to 4096 keys, 7-9% less time than tile
+// by tile; at 1024 keys 159 against 146 GFLOP/s).
+constexpr std::int64_t kBandTiles = 4;
+
+// Rows [i, i + rows) of C, rows <= kBandTiles * kTileRows, panel by panel, and within a panel tile
+// by tile: a full tile straight into C, a short one (fewer rows, or the last panel's fewer
+// columns) into `spill` and copied from there. With row_max, each row's largest element (NaNs
+// left out: max(v, m) with a NaN v keeps m), from the registers of a full tile, from `spill` for
+// a short one. Before each panel's tiles, prefetch_lines cache lines from `prefetch` on go to
+// L2, a few per panel.
+TF_AVX512 void band_nt(std::int64_t rows, std::int64_t n, std::int64_t k, float alpha,
                        const float* a, std::int64_t lda, const float* packed_b, float* c,
                        std::int64_t ldc, float* row_max, const char* prefetch,
                        std::int64_t prefetch_lines) {
+  const std::int64_t tiles = (rows + kTileRows - 1) / kTileRows;
   const std::int64_t panels = (n + kPanel - 1) / kPanel;
   const std::int64_t per_panel = panels > 0 ? (prefetch_lines + panels - 1) / panels : 0;
   std::int64_t prefetched = 0;
-  const float* a_rows[kTileRows];
-  for (std::int64_t r = 0; r < kTileRows; ++r) a_rows[r] = a + (r < rows ? r : rows - 1) * lda;
+  // Each tile's row pointers (a short tile repeats its last row) and running maxima.
+  const float* a_rows[kBandTiles][kTileRows];
+  __m512 running_max[kBandTiles][kTileRows];
+  std::int64_t tile_rows[kBandTiles];
+  for (std::int64_t t = 0; t < tiles; ++t) {
+    tile_rows[t] = rows - t * kTileRows < kTileRows ? rows - t * kTileRows : kTileRows;
+    for (std::int64_t r = 0; r < kTileRows; ++r) {
+      a_rows[t][r] = a + (t * kTileRows + (r < tile_rows[t] ? r : tile_rows[t] - 1)) * lda;
+      running_max[t][r] = _mm512_set1_ps(-__builtin_inff());
+    }
+  }
   alignas(64) float spill[kTileRows * kPanel];
-  __m512 running_max[kTileRows];
-  for (std::int64_t r = 0; r < kTileRows; ++r) running_max[r] = _mm512_set1_ps(-__builtin_inff());
   for (std::int64_t j0 = 0; j0 < n; j0 += kPanel) {
     const std::int64_t cols = n - j0 < kPanel ? n - j0 : kPanel;
-    const bool full = rows == kTileRows && cols == kPanel;
-    float* out = full ? c + j0 : spill;
-    const std::int64_t ldo = full ? ldc : kPanel;
+    const float* panel = packed_b + j0 * k;
     for (std::int64_t line = 0; line < per_panel && prefetched < prefetch_lines; ++line) {
       _mm_prefetch(prefetch + 64 * prefetched++, _MM_HINT_T1);
     }
-    if (full) {
-      if (row_max != nullptr) {
-        tile_6x64<true>(k, a_rows, packed_b + j0 * k, alpha, out, ldo, running_max);
-      } else {
-        tile_6x64<false>(k, a_rows, packed_b + j0 * k, alpha, out, ldo, nullptr);
+    for (std::int64_t t = 0; t < tiles; ++t) {
+      float* ct = c + t * kTileRows * ldc;
+      if (tile_rows[t] == kTileRows && cols == kPanel) {
+        if (row_max != nullptr) {
+          tile_6x64<true>(k, a_rows[t], panel, alpha, ct + j0, ldc, running_max[t]);
+        } else {
+          tile_6x64<false>(k, a_rows[t], panel, alpha, ct + j0, ldc, nullptr);
+        }
+        continue;
       }
-      continue;
-    }
-    tile_6x64<false>(k, a_rows, packed_b + j0 * k, alpha, out, ldo, nullptr);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* o = out + r * ldo;
-      __m512 m = running_max[r];
-      for (std::int64_t v = 0; v < cols; v += 16) {
-        const __mmask16 mask = lanes(cols - v);
-        const __m512 x = _mm512_maskz_loadu_ps(mask, o + v);
-        _mm512_mask_storeu_ps(c + r * ldc + j0 + v, mask, x);
-        m = _mm512_mask_max_ps(m, mask, x, m);
+      tile_6x64<false>(k, a_rows[t], panel, alpha, spill, kPanel, nullptr);
+      for (std::int64_t r = 0; r < tile_rows[t]; ++r) {
+        const float* o = spill + r * kPanel;
+        __m512 m = running_max[t][r];
+        for (std::int64_t v = 0; v < cols; v += 16) {
+          const __mmask16 mask = lanes(cols - v);
+          const __m512 x = _mm512_maskz_loadu_ps(mask, o + v);
+          _mm512_mask_storeu_ps(ct + r * ldc + j0 + v, mask, x);
+          m = _mm512_mask_max_ps(m, mask, x, m);
+        }
+        running_max[t][r] = m;
       }
-      running_max[r] = m;
     }
   }
   if (row_max != nullptr) {
-    for (std::int64_t r = 0; r < rows; ++r) row_max[r] = _mm512_reduce_max_ps(running_max[r]);
+    for (std::int64_t t = 0; t < tiles; ++t) {
+      for (std::int64_t r = 0; r < tile_rows[t]; ++r) {
+        row_max[t * kTileRows + r] = _mm512_reduce_max_ps(running_max[t][r]);
+      }
+    }
   }
 }
 
@@ -616,19 +637,20 @@ TF_AVX512 void gemm_nt(std::int64_t m, std::int64_t n, std::int64_t k, float alp
   // The prefetched lines, spread evenly over the groups of rows.
   const char* lines = static_cast<const char*>(prefetch);
   const std::int64_t total_lines = lines != nullptr ? (prefetch_bytes + 63) / 64 : 0;
-  const std::int64_t groups = (m + kTileRows - 1) / kTileRows;
-  const std::int64_t per_group = groups > 0 ? (total_lines + groups - 1) / groups : 0;
+  constexpr std::int64_t kBandRows = kBandTiles * kTileRows;
+  const std::int64_t bands = (m + kBandRows - 1) / kBandRows;
+  const std::int64_t per_band = bands > 0 ? (total_lines + bands - 1) / bands : 0;
   std::int64_t done = 0;
-  for (std::int64_t i = 0; i < m; i += kTileRows) {
-    const std::int64_t rows = m - i < kTileRows ? m - i : kTileRows;
-    const std::int64_t count = total_lines - done < per_group ? total_lines - done : per_group;
-    // The rows of A two groups ahead into L1, so that their first panel's broadcasts do not
-    // wait for memory (at i = 0, the next group's too).
-    for (std::int64_t r = i == 0 ? kTileRows : 2 * kTileRows; r < 3 * kTileRows && i + r < m; ++r) {
+  for (std::int64_t i = 0; i < m; i += kBandRows) {
+    const std::int64_t rows = m - i < kBandRows ? m - i : kBandRows;
+    const std::int64_t count = total_lines - done < per_band ? total_lines - done : per_band;
+    // The band's rows of A into L1 (the next band's too), so that the first panel's broadcasts
+    // do not wait for memory.
+    for (std::int64_t r = i == 0 ? 0 : kBandRows; r < 2 * kBandRows && i + r < m; ++r) {
       const char* row = reinterpret_cast<const char*>(a + (i + r) * lda);
       for (std::int64_t byte = 0; byte < k * 4; byte += 64) _mm_prefetch(row + byte, _MM_HINT_T0);
     }
-    rows_nt(rows, n, k, alpha, a + i * lda, lda, packed_b, c + i * ldc, ldc,
+    band_nt(rows, n, k, alpha, a + i * lda, lda, packed_b, c + i * ldc, ldc,
             row_max != nullptr ? row_max + i : nullptr,
             lines != nullptr ? lines + 64 * done : nullptr, count);
     done += count;
