@@ -201,15 +201,16 @@ constexpr std::int64_t kBandTiles = 4;
 // by tile: a full tile straight into C, a short one (fewer rows, or the last panel's fewer
 // columns) into `spill` and copied from there. With row_max, each row's largest element (NaNs
 // left out: max(v, m) with a NaN v keeps m), from the registers of a full tile, from `spill` for
-// a short one. Before each panel's tiles, prefetch_lines cache lines from `prefetch` on go to
-// L2, a few per panel.
+// a short one. Before each tile, a few of prefetch_lines cache lines from `prefetch` on go to
+// L2.
 TF_AVX512 void band_nt(std::int64_t rows, std::int64_t n, std::int64_t k, float alpha,
                        const float* a, std::int64_t lda, const float* packed_b, float* c,
                        std::int64_t ldc, float* row_max, const char* prefetch,
                        std::int64_t prefetch_lines) {
   const std::int64_t tiles = (rows + kTileRows - 1) / kTileRows;
   const std::int64_t panels = (n + kPanel - 1) / kPanel;
-  const std::int64_t per_panel = panels > 0 ? (prefetch_lines + panels - 1) / panels : 0;
+  const std::int64_t steps = panels * tiles;
+  const std::int64_t per_step = steps > 0 ? (prefetch_lines + steps - 1) / steps : 0;
   std::int64_t prefetched = 0;
   // Each tile's row pointers (a short tile repeats its last row) and running maxima.
   const float* a_rows[kBandTiles][kTileRows];
@@ -226,10 +227,10 @@ TF_AVX512 void band_nt(std::int64_t rows, std::int64_t n, std::int64_t k, float 
   for (std::int64_t j0 = 0; j0 < n; j0 += kPanel) {
     const std::int64_t cols = n - j0 < kPanel ? n - j0 : kPanel;
     const float* panel = packed_b + j0 * k;
-    for (std::int64_t line = 0; line < per_panel && prefetched < prefetch_lines; ++line) {
-      _mm_prefetch(prefetch + 64 * prefetched++, _MM_HINT_T1);
-    }
     for (std::int64_t t = 0; t < tiles; ++t) {
+      for (std::int64_t line = 0; line < per_step && prefetched < prefetch_lines; ++line) {
+        _mm_prefetch(prefetch + 64 * prefetched++, _MM_HINT_T1);
+      }
       float* ct = c + t * kTileRows * ldc;
       if (tile_rows[t] == kTileRows && cols == kPanel) {
         if (row_max != nullptr) {
