@@ -4,7 +4,8 @@
 // then per op: the median time of ours (the backend's kernel, and the public op where there is
 // one) and of each reference, GFLOP/s or GB/s, and ours as a fraction of the best raw speed
 // (best raw time / our time; 1.00 means as fast), by medians and, less sensitive to other
-// processes on the machine, by the fastest runs. Last, what waking the OpenMP team costs.
+// processes on the machine, by the fastest runs. Last, what waking the OpenMP team costs, and the
+// CPU's arithmetic peak: what its fused multiply-adds do when nothing else limits them.
 //
 //   benchmark_ops            # the full table, about a minute on 2 cores (3 s per row at most,
 //                            # beyond 5 rounds)
@@ -17,6 +18,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <immintrin.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -402,6 +404,77 @@ void bench_team_wakeup() {
   }
 }
 
+// Independent fused multiply-add chains in 12 vector registers, `iters` steps each (x = x * a +
+// b, never overflowing): what the CPU's widest float32 FMA does when nothing else limits it.
+// Returns a sum of the lanes, so that the loop is not optimised away.
+__attribute__((target("avx512f"))) float fma_chains_avx512(std::int64_t iters) {
+  __m512 x[12];
+  for (int i = 0; i < 12; ++i) x[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (std::int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) x[i] = _mm512_fmadd_ps(x[i], a, b);
+  }
+  alignas(64) float lanes[16];
+  __m512 sum = x[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, x[i]);
+  _mm512_store_ps(lanes, sum);
+  float total = 0;
+  for (const float v : lanes) total += v;
+  return total;
+}
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(std::int64_t iters) {
+  __m256 x[12];
+  for (int i = 0; i < 12; ++i) x[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (std::int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) x[i] = _mm256_fmadd_ps(x[i], a, b);
+  }
+  alignas(32) float lanes[8];
+  __m256 sum = x[0];
+  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, x[i]);
+  _mm256_store_ps(lanes, sum);
+  float total = 0;
+  for (const float v : lanes) total += v;
+  return total;
+}
+
+// The float32 arithmetic peak (the widest FMA the CPU has: AVX-512, else AVX2), GFLOP/s on one
+// thread and on the OpenMP team, fastest of 5 runs: the bound behind every GFLOP/s above (the
+// ceiling of benchmark_libtorch is a [2048]^2 product's rate, which runs below it).
+void bench_fma_peak(bool tiny) {
+  const bool wide = __builtin_cpu_supports("avx512f");
+  if (!wide && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) {
+    std::printf("\narithmetic peak: this CPU has neither AVX-512 nor AVX2 with FMA; not timed\n");
+    return;
+  }
+  const std::int64_t iters = tiny ? 10000 : 20000000, lanes = wide ? 16 : 8;
+  const auto chains = [&] { return wide ? fma_chains_avx512(iters) : fma_chains_avx2(iters); };
+  const auto best = [&](int threads) {
+    double fastest = 0;
+    volatile float sink = 0;
+    for (int run = 0; run < 5; ++run) {
+      const auto start = std::chrono::steady_clock::now();
+      float sum = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : sum)
+      sum += chains();
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      sink = sink + sum;
+      const double flops = 2.0 * 12 * static_cast<double>(lanes * iters) * threads;
+      fastest = std::max(fastest, flops / s * 1e-9);
+    }
+    return fastest;
+  };
+  const int team = omp_get_max_threads();
+  const double one = best(1), all = best(team);
+  std::printf(
+      "\narithmetic peak (independent %s fused multiply-adds, fastest of 5): %.1f GFLOP/s on "
+      "one thread, %.1f on %d\n",
+      wide ? "AVX-512" : "AVX2", one, all, team);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -446,6 +519,7 @@ int main(int argc, char** argv) {
     bench_layer_norm(8192 / d, 768 / d);
     bench_elementwise(16 * 1024 * 1024 / (d * d));
     bench_team_wakeup();
+    bench_fma_peak(tiny);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "benchmark_ops: %s\n", e.what());
     return 1;
