@@ -404,41 +404,32 @@ void bench_team_wakeup() {
   }
 }
 
-// Independent fused multiply-add chains in 12 vector registers, `iters` steps each (x = x * a +
-// b, never overflowing): what the CPU's widest float32 FMA does when nothing else limits it.
-// Returns a sum of the lanes, so that the loop is not optimised away.
+// Independent fused multiply-add chains in 12 vector registers (V, of LANES floats; P the
+// intrinsics' prefix), `iters` steps each (x = x * a + b, never overflowing): what the CPU's
+// widest float32 FMA does when nothing else limits it. Returns the sum of the lanes, so that the
+// loop is not optimised away.
+#define TF_FMA_CHAINS(V, P, LANES)                                                         \
+  V x[12];                                                                                 \
+  for (int i = 0; i < 12; ++i) x[i] = P##_set1_ps(0.001f * static_cast<float>(i));         \
+  const V a = P##_set1_ps(0.999999f), b = P##_set1_ps(1e-7f);                              \
+  for (std::int64_t it = 0; it < iters; ++it) {                                            \
+    _Pragma("GCC unroll 12") for (int i = 0; i < 12; ++i) x[i] = P##_fmadd_ps(x[i], a, b); \
+  }                                                                                        \
+  V sum = x[0];                                                                            \
+  for (int i = 1; i < 12; ++i) sum = P##_add_ps(sum, x[i]);                                \
+  float lanes[LANES];                                                                      \
+  P##_storeu_ps(lanes, sum);                                                               \
+  float total = 0;                                                                         \
+  for (const float v : lanes) total += v;                                                  \
+  return total
+
 __attribute__((target("avx512f"))) float fma_chains_avx512(std::int64_t iters) {
-  __m512 x[12];
-  for (int i = 0; i < 12; ++i) x[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
-  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-  for (std::int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) x[i] = _mm512_fmadd_ps(x[i], a, b);
-  }
-  alignas(64) float lanes[16];
-  __m512 sum = x[0];
-  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, x[i]);
-  _mm512_store_ps(lanes, sum);
-  float total = 0;
-  for (const float v : lanes) total += v;
-  return total;
+  TF_FMA_CHAINS(__m512, _mm512, 16);
 }
 __attribute__((target("avx2,fma"))) float fma_chains_avx2(std::int64_t iters) {
-  __m256 x[12];
-  for (int i = 0; i < 12; ++i) x[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
-  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-  for (std::int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) x[i] = _mm256_fmadd_ps(x[i], a, b);
-  }
-  alignas(32) float lanes[8];
-  __m256 sum = x[0];
-  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, x[i]);
-  _mm256_store_ps(lanes, sum);
-  float total = 0;
-  for (const float v : lanes) total += v;
-  return total;
+  TF_FMA_CHAINS(__m256, _mm256, 8);
 }
+#undef TF_FMA_CHAINS
 
 // The float32 arithmetic peak (the widest FMA the CPU has: AVX-512, else AVX2), GFLOP/s on one
 // thread and on the OpenMP team, fastest of 5 runs: the bound behind every GFLOP/s above (the
