@@ -635,7 +635,7 @@ TF_AVX512 void pack_nt(const float* b, std::int64_t ldb, std::int64_t n, std::in
 TF_AVX512 void gemm_nt(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                        std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc,
                        float* row_max, const void* prefetch, std::int64_t prefetch_bytes) {
-  // The prefetched lines, spread evenly over the groups of rows.
+  // The prefetched lines, spread evenly over the bands of rows.
   const char* lines = static_cast<const char*>(prefetch);
   const std::int64_t total_lines = lines != nullptr ? (prefetch_bytes + 63) / 64 : 0;
   constexpr std::int64_t kBandRows = kBandTiles * kTileRows;

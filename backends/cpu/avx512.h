@@ -67,10 +67,10 @@ void pack_nt(const float* b, std::int64_t ldb, std::int64_t n, std::int64_t k, f
 // whichever rows or panels a caller splits the work into. row_max: when not null, row_max[i] =
 // the largest C[i, :], NaNs left out (as row_max in softmax_row.h), -inf for n = 0.
 // prefetch, prefetch_bytes: memory that the caller reads next (the next rows' probabilities in
-// attention's backward), brought into L2 a slice per panel, so that its transfer from memory
-// overlaps the arithmetic; null for none. Bands of 24 rows of C go through B a panel at a time
-// (the panel stays in L1 for the band's four register tiles); a band's rows of A, and the next
-// band's, are prefetched into L1.
+// attention's backward), brought into L2 a slice before each register tile, so that its
+// transfer from memory overlaps the arithmetic; null for none. Bands of 24 rows of C go through B a
+// panel at a time (the panel stays in L1 for the band's four register tiles); a band's rows of A,
+// and the next band's, are prefetched into L1.
 void gemm_nt(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
              std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc, float* row_max,
              const void* prefetch = nullptr, std::int64_t prefetch_bytes = 0);

@@ -155,15 +155,16 @@ void linear_blas(const Tensor& x, const Tensor& weight, const Tensor& bias, Epil
 
 // linear_backward_epilogue's blocks: rows are cut into at most kGradBlocks blocks of at least
 // kGradBlockRows rows, and columns into tiles of at most kGradTile, by the shape alone; each
-// (block, tile) item sums its columns in T (a chain of the block's rows), and the blocks' sums
-// are added in double in order, so the bias gradient has the same bits on any number of threads.
-// Sums in double throughout made the pass about 40% slower than an add over the same operands
-// (docs/matmul.md).
-constexpr std::int64_t kGradBlocks = 32, kGradBlockRows = 64, kGradTile = 2048;
+// (block, tile) item sums its columns in T over chains of at most kGradChain rows, each chain
+// added in double to the block's sum, and the blocks' sums are added in double in order, so the
+// bias gradient has the same bits on any number of threads. Sums in double throughout made the
+// pass about 40% slower than an add over the same operands (docs/matmul.md); the chains keep a
+// float32 sum's error that of 128 terms at any number of rows.
+constexpr std::int64_t kGradBlocks = 32, kGradBlockRows = 64, kGradTile = 2048, kGradChain = 128;
 
 // Rows [r0, r1) x columns [c0, c0 + w) of grad (row length n, w <= kGradTile): z = grad *
-// act'(z) into gz (when kZ), and each column's sum of z, in T over the rows in order, into
-// acc[0, w) (when kSum).
+// act'(z) into gz (when kZ), and each column's sum of z added to acc[0, w) (when kSum): in T over
+// chains of kGradChain rows in order, each chain's sum added in double.
 template <bool kRelu, bool kZ, bool kSum, typename T, typename Z>
 void epilogue_grad_item(const T* grad, const T* y, Z* gz, double* acc, std::int64_t n,
                         std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t w) {
@@ -187,9 +188,14 @@ void epilogue_grad_item(const T* grad, const T* y, Z* gz, double* acc, std::int6
       }
       if constexpr (kSum) sums[j] += v;
     }
-  }
-  if constexpr (kSum) {
-    for (std::int64_t j = 0; j < w; ++j) acc[j] = static_cast<double>(sums[j]);
+    if constexpr (kSum) {
+      if ((i - r0 + 1) % kGradChain == 0 || i + 1 == r1) {
+        for (std::int64_t j = 0; j < w; ++j) {
+          acc[j] += static_cast<double>(sums[j]);
+          sums[j] = T(0);
+        }
+      }
+    }
   }
 }
 
