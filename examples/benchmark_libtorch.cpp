@@ -481,19 +481,65 @@ struct PeakProduct {
   }
 };
 
+// Whether a profiled op is a matrix product: matmul, linear and the fused attention ops count
+// their products' work; the others none.
+bool is_product(const tf::OpProfile& op) {
+  return op.name.rfind("matmul", 0) == 0 || op.name.rfind("linear", 0) == 0 ||
+         op.name.rfind("attention", 0) == 0;
+}
+
 // The floating-point work of tinyformer's matrix products in `run`, counted by the profiler.
 double product_flops(const std::function<void()>& run) {
   const tf::Profiler profiler;
   run();
   double flops = 0;
   for (const tf::OpProfile& op : profiler.ops()) {
-    // matmul, linear and the fused attention ops count their products' work; the others none.
-    if (op.name.rfind("matmul", 0) == 0 || op.name.rfind("linear", 0) == 0 ||
-        op.name.rfind("attention", 0) == 0) {
-      flops += op.flops;
-    }
+    if (is_product(op)) flops += op.flops;
   }
   return flops;
+}
+
+// The two factors of ratio / ceiling, from kRuns profiled forward+backward calls of tinyformer,
+// each after a call of the reference product (timed too): the products' rate inside the layer
+// over the reference's, and the products' share of the wall time (the fused attention ops count
+// whole, softmax inside them included). Medians over the runs; their product is ratio / ceiling
+// as these runs had it, and the first factor alone what ratio / ceiling could reach with
+// everything outside the products free, at the rate the products run at inside the layer.
+std::string ceiling_split(Case& c, const PeakProduct& peak) {
+  constexpr int kRuns = 7;
+  const bench::Job reference = peak.job();
+  std::vector<double> fractions, shares;
+  for (int run = 0; run < kRuns; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    reference.run();
+    const double reference_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    zero_ours(c);
+    const tf::Profiler profiler;
+    train_ours(c);
+    const double wall_s = profiler.elapsed_seconds();
+    double product_s = 0, flops = 0;
+    for (const tf::OpProfile& op : profiler.ops()) {
+      if (!is_product(op)) continue;
+      product_s += op.seconds;
+      flops += op.flops;
+    }
+    if (product_s <= 0 || wall_s <= 0 || reference_s <= 0) return "";
+    fractions.push_back(flops / product_s / (peak.flops() / reference_s));
+    shares.push_back(product_s / wall_s);
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double fraction = median(fractions), share = median(shares);
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "ratio / ceiling, split (medians of %d profiled calls, each after a reference "
+                "product): the products' rate (matmul, linear, attention ops) %.3f of the "
+                "reference product's x their share of the wall time %.3f = %.3f\n",
+                kRuns, fraction, share, fraction * share);
+  return line;
 }
 
 bench::StopRule stop_rule(const Options& o) {
@@ -983,7 +1029,9 @@ int main(int argc, char** argv) {
   app.add_option("--rtol-bf16", o.rtol_bf16, "output agreement required with --bf16");
   app.add_flag("--profile", o.profile,
                "after the timings, tinyformer's forward+backward of each case once more under "
-               "tf::Profiler: time per op and between ops");
+               "tf::Profiler: time per op and between ops; then ratio / ceiling split into the "
+               "products' rate in the layer against the reference product's and their share of "
+               "the wall time (7 profiled calls, each after a reference product)");
   app.add_flag("--check-only", o.check_only,
                "only the agreement checks, at n = 64, batch 2, k = 16 and 64 unless given; "
                "exits non-zero on disagreement");
@@ -1104,11 +1152,16 @@ int main(int argc, char** argv) {
           rows.push_back(std::move(r));
         }
         if (o.profile) {
-          zero_ours(c);
-          const tf::Profiler profiler(/*by_shape=*/true);
-          train_ours(c);
-          profiles.push_back("tinyformer forward+backward, n=" + std::to_string(n) + ", " +
-                             c.label() + ":\n" + profiler.table(60));
+          std::string profile =
+              "tinyformer forward+backward, n=" + std::to_string(n) + ", " + c.label() + ":\n";
+          {
+            zero_ours(c);
+            const tf::Profiler profiler(/*by_shape=*/true);
+            train_ours(c);
+            profile += profiler.table(60);
+          }
+          profile += ceiling_split(c, *peak);
+          profiles.push_back(std::move(profile));
         }
         std::fflush(stdout);
         tf::empty_cache();  // the next case should not start with this one's cached blocks
