@@ -473,6 +473,103 @@ TF_AVX512 float softmax_row(const float* x, float* y, std::int64_t n, const floa
   return max;
 }
 
+namespace {
+
+// bfloat16::round on 16 lanes: to nearest even, a NaN kept quiet (its top bits with the quiet
+// bit set), packed to 16 bits.
+TF_AVX512 inline __m256i round_bf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i nearest_even =
+      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+  const __m512i quiet_nan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(nearest_even, nan, quiet_nan));
+}
+
+}  // namespace
+
+TF_AVX512 float softmax_row_bf16(const float* x, float* e, std::uint16_t* y, std::int64_t n) {
+  const float max = row_max(x, n);
+  const __m512 factor = _mm512_set1_ps(1.0f / exp_sum(x, e, n, max));
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i r = round_bf16(_mm512_mul_ps(_mm512_loadu_ps(e + i), factor));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), r);
+  }
+  if (i < n) {
+    const __mmask16 mask = lanes(n - i);
+    const __m256i r = round_bf16(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, e + i), factor));
+    _mm256_mask_storeu_epi16(y + i, mask, r);
+  }
+  return max;
+}
+
+namespace {
+
+// 16 bfloat16 values (bits; lanes outside `mask` read as 0) widened to float32, exactly.
+TF_AVX512 inline __m512 load_bf16(const std::uint16_t* bits, __mmask16 mask = 0xFFFF) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bits)), 16));
+}
+
+}  // namespace
+
+namespace {
+
+// The dot product of softmax_grad_row_bf16 in four chains, so that the adds' latency does not
+// bound the pass, on every lane.
+TF_AVX512 __m512 bf16_grad_dot(const std::uint16_t* y, const float* g, std::int64_t n) {
+  __m512 d0 = _mm512_setzero_ps(), d1 = _mm512_setzero_ps(), d2 = _mm512_setzero_ps(),
+         d3 = _mm512_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    d0 = _mm512_fmadd_ps(load_bf16(y + i), _mm512_loadu_ps(g + i), d0);
+    d1 = _mm512_fmadd_ps(load_bf16(y + i + 16), _mm512_loadu_ps(g + i + 16), d1);
+    d2 = _mm512_fmadd_ps(load_bf16(y + i + 32), _mm512_loadu_ps(g + i + 32), d2);
+    d3 = _mm512_fmadd_ps(load_bf16(y + i + 48), _mm512_loadu_ps(g + i + 48), d3);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 mask = lanes(n - i);
+    d0 = _mm512_fmadd_ps(load_bf16(y + i, mask), _mm512_maskz_loadu_ps(mask, g + i), d0);
+  }
+  return _mm512_set1_ps(
+      _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(d0, d1), _mm512_add_ps(d2, d3))));
+}
+
+// y (g - dot) for softmax_grad_row_bf16, lanes [i, i + 16) of those in `mask`.
+TF_AVX512 inline __m512 bf16_grad(const std::uint16_t* y, const float* g, __m512 dot,
+                                  std::int64_t i, __mmask16 mask) {
+  return _mm512_mul_ps(load_bf16(y + i, mask),
+                       _mm512_sub_ps(_mm512_maskz_loadu_ps(mask, g + i), dot));
+}
+
+}  // namespace
+
+TF_AVX512 void softmax_grad_row_bf16(const std::uint16_t* y, const float* g, std::uint16_t* out,
+                                     std::int64_t n) {
+  const __m512 dot = bf16_grad_dot(y, g, n);
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i r = round_bf16(bf16_grad(y, g, dot, i, 0xFFFF));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), r);
+  }
+  if (i < n) {
+    const __mmask16 mask = lanes(n - i);
+    _mm256_mask_storeu_epi16(out + i, mask, round_bf16(bf16_grad(y, g, dot, i, mask)));
+  }
+}
+
+TF_AVX512 void softmax_grad_row_bf16(const std::uint16_t* y, const float* g, float* out,
+                                     std::int64_t n) {
+  const __m512 dot = bf16_grad_dot(y, g, n);
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = lanes(n - i);
+    _mm512_mask_storeu_ps(out + i, mask, bf16_grad(y, g, dot, i, mask));
+  }
+}
+
 TF_AVX512 void softmax_grad_row(const float* p, const float* g, float* y, std::int64_t n,
                                 float scale) {
   // The dot product in four chains, so that the adds' latency does not bound the pass.
@@ -882,6 +979,11 @@ void exp_nonpositive(const float*, float*, std::int64_t) {}
 float softmax_row(const float*, float*, std::int64_t, const float*) {
   return 0.0f;
 }
+float softmax_row_bf16(const float*, float*, std::uint16_t*, std::int64_t) {
+  return 0.0f;
+}
+void softmax_grad_row_bf16(const std::uint16_t*, const float*, std::uint16_t*, std::int64_t) {}
+void softmax_grad_row_bf16(const std::uint16_t*, const float*, float*, std::int64_t) {}
 void softmax_grad_row(const float*, const float*, float*, std::int64_t, float) {}
 void layer_norm_row(const float*, const float*, float*, const float*, const float*, float, float*,
                     float*, float*, std::int64_t) {}

@@ -35,11 +35,25 @@ void exp_nonpositive(const float* x, float* y, std::int64_t n);
 // null, the row's maximum, already known (the first pass is skipped).
 float softmax_row(const float* x, float* y, std::int64_t n, const float* max_known = nullptr);
 
+// y = softmax(x) over one row of n, rounded to bfloat16 (y: the bits): softmax_row's float32
+// result rounded to nearest even as bfloat16::round does (NaN stays NaN), the scaling and the
+// rounding in one pass. e: float32 scratch of n (the exponentials). Returns the row's maximum.
+float softmax_row_bf16(const float* x, float* e, std::uint16_t* y, std::int64_t n);
+
 // Softmax's backward over one row of n, scaled: y = scale * (p * (g - dot)) with dot = the sum of
 // p g, from the probabilities p and their gradient g (y may be g): attention's dS from P and dP.
 // The elementwise operations are the portable loop's, in its order; the dot product's sum runs in
 // another order.
 void softmax_grad_row(const float* p, const float* g, float* y, std::int64_t n, float scale);
+
+// Softmax's backward over one row of n from bfloat16 probabilities y (bits) and a float32
+// gradient g, rounded to bfloat16 (out: bits): out = round(y (g - dot)), dot = the sum of y g in
+// float32, the elementwise operations those of softmax_grad; the sum in four chains (another
+// order than the portable loop's).
+void softmax_grad_row_bf16(const std::uint16_t* y, const float* g, std::uint16_t* out,
+                           std::int64_t n);
+// The same with a float32 out: the values the bfloat16 out rounds.
+void softmax_grad_row_bf16(const std::uint16_t* y, const float* g, float* out, std::int64_t n);
 
 // Layer normalisation of one row of n: with residual not null, h = x + residual is written to h
 // and normalised in place of x; y = (x - mean) rstd w + b (w, b: null for none), rstd =

@@ -16,6 +16,7 @@
 
 #include "backends/cpu/avx512.h"
 #include "backends/cpu/softmax_row.h"
+#include "core/bfloat16.h"
 #include "core/math.h"
 
 namespace {
@@ -119,6 +120,81 @@ TEST_CASE("avx512: softmax rows against the portable loop") {
   std::vector<float> all_masked(20, -std::numeric_limits<float>::infinity()), out(20);
   avx512::softmax_row(all_masked.data(), out.data(), 20);
   for (float v : out) CHECK(std::isnan(v));
+}
+
+TEST_CASE("avx512: softmax rows rounded to bfloat16: softmax_row's bits, rounded as bfloat16") {
+  if (skip()) return;
+  for (std::int64_t n : {1, 5, 16, 17, 31, 33, 100, 1000, 4096}) {
+    CAPTURE(n);
+    std::vector<float> x =
+        random_floats(static_cast<std::size_t>(n), static_cast<std::uint32_t>(n) + 7, 6.0f);
+    if (n > 3) x[2] = -std::numeric_limits<float>::infinity();  // a masked key: exactly 0
+    std::vector<float> want(x.size()), scratch(x.size());
+    const float max = avx512::softmax_row(x.data(), want.data(), n);
+    std::vector<std::uint16_t> y(x.size() + 8, 0x1234);
+    CHECK(avx512::softmax_row_bf16(x.data(), scratch.data(), y.data(), n) == max);
+    for (std::int64_t i = 0; i < n; ++i) {
+      CAPTURE(i);
+      CHECK(y[static_cast<std::size_t>(i)] == bfloat16::round(want[static_cast<std::size_t>(i)]));
+    }
+    for (std::size_t i = x.size(); i < y.size(); ++i) CHECK(y[i] == 0x1234);  // past the row
+  }
+  // A row of -inf only: NaN throughout, quiet NaNs of bfloat16.
+  std::vector<float> scratch(20);
+  std::vector<std::uint16_t> y(20);
+  std::vector<float> all_masked(20, -std::numeric_limits<float>::infinity());
+  avx512::softmax_row_bf16(all_masked.data(), scratch.data(), y.data(), 20);
+  for (std::uint16_t bits : y) {
+    CHECK((bits & 0x7f80) == 0x7f80);
+    CHECK((bits & 0x007f) != 0);
+    CHECK((bits & 0x0040) != 0);
+  }
+  // Two equal scores: 0.5 each, exact.
+  for (const float v : {0.0f, 3.0f}) {
+    const std::vector<float> pair = {v, v};
+    avx512::softmax_row_bf16(pair.data(), scratch.data(), y.data(), 2);
+    CHECK(y[0] == bfloat16::round(0.5f));
+    CHECK(y[1] == bfloat16::round(0.5f));
+  }
+}
+
+TEST_CASE("avx512: softmax's backward from bfloat16 probabilities into bfloat16") {
+  if (skip()) return;
+  for (std::int64_t n : {1, 7, 16, 63, 64, 65, 100, 1000, 4096}) {
+    CAPTURE(n);
+    const std::size_t count = static_cast<std::size_t>(n);
+    std::vector<float> scores = random_floats(count, static_cast<std::uint32_t>(n) + 11, 3.0f);
+    std::vector<float> p(count), scratch(count);
+    avx512::softmax_row(scores.data(), p.data(), n);
+    std::vector<std::uint16_t> y(count);
+    for (std::size_t i = 0; i < count; ++i) y[i] = bfloat16::round(p[i]);
+    const std::vector<float> g = random_floats(count, static_cast<std::uint32_t>(n) + 12);
+    std::vector<std::uint16_t> out(count + 8, 0x1234);
+    avx512::softmax_grad_row_bf16(y.data(), g.data(), out.data(), n);
+    const auto widen = [](std::uint16_t bits) {
+      return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+    };
+    double dot = 0, magnitude = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      dot += double(widen(y[i])) * g[i];
+      magnitude += std::abs(double(widen(y[i])) * g[i]);
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      CAPTURE(i);
+      const double yi = widen(y[i]), want = yi * (g[i] - dot);
+      // bfloat16's rounding of the result, and float32's of the dot product (its sum in
+      // another order than the loop's), carried through y.
+      const double tolerance =
+          std::abs(want) * std::ldexp(1.001, -8) + yi * magnitude * double(n) * 6e-8 + 1e-30;
+      CHECK(std::abs(double(widen(out[i])) - want) <= tolerance);
+    }
+    for (std::size_t i = count; i < out.size(); ++i) CHECK(out[i] == 0x1234);  // past the row
+    // With a float32 out: the values that the bfloat16 out rounds.
+    std::vector<float> out32(count + 8, 5.0f);
+    avx512::softmax_grad_row_bf16(y.data(), g.data(), out32.data(), n);
+    for (std::size_t i = 0; i < count; ++i) CHECK(bfloat16::round(out32[i]) == out[i]);
+    for (std::size_t i = count; i < out32.size(); ++i) CHECK(out32[i] == 5.0f);
+  }
 }
 
 TEST_CASE("avx512: softmax's scaled backward over a row against a float64 loop") {
