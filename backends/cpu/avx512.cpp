@@ -518,21 +518,36 @@ TF_AVX512 inline __m512 load_bf16(const std::uint16_t* bits, __mmask16 mask = 0x
 
 namespace {
 
-// The dot product of softmax_grad_row_bf16 in four chains, so that the adds' latency does not
-// bound the pass, on every lane.
-TF_AVX512 __m512 bf16_grad_dot(const std::uint16_t* y, const float* g, std::int64_t n) {
+// The lanes of a float32 row, and of a bfloat16 row widened, for row_dot.
+struct Float32Lanes {
+  const float* row;
+  TF_AVX512 __m512 operator()(std::int64_t i, __mmask16 mask = 0xFFFF) const {
+    return _mm512_maskz_loadu_ps(mask, row + i);
+  }
+};
+struct Bfloat16Lanes {
+  const std::uint16_t* row;
+  TF_AVX512 __m512 operator()(std::int64_t i, __mmask16 mask = 0xFFFF) const {
+    return load_bf16(row + i, mask);
+  }
+};
+
+// The sum of p g over a row of n, on every lane: in four chains, so that the adds' latency does
+// not bound the pass.
+template <typename Lanes>
+TF_AVX512 __m512 row_dot(Lanes p, const float* g, std::int64_t n) {
   __m512 d0 = _mm512_setzero_ps(), d1 = _mm512_setzero_ps(), d2 = _mm512_setzero_ps(),
          d3 = _mm512_setzero_ps();
   std::int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
-    d0 = _mm512_fmadd_ps(load_bf16(y + i), _mm512_loadu_ps(g + i), d0);
-    d1 = _mm512_fmadd_ps(load_bf16(y + i + 16), _mm512_loadu_ps(g + i + 16), d1);
-    d2 = _mm512_fmadd_ps(load_bf16(y + i + 32), _mm512_loadu_ps(g + i + 32), d2);
-    d3 = _mm512_fmadd_ps(load_bf16(y + i + 48), _mm512_loadu_ps(g + i + 48), d3);
+    d0 = _mm512_fmadd_ps(p(i), _mm512_loadu_ps(g + i), d0);
+    d1 = _mm512_fmadd_ps(p(i + 16), _mm512_loadu_ps(g + i + 16), d1);
+    d2 = _mm512_fmadd_ps(p(i + 32), _mm512_loadu_ps(g + i + 32), d2);
+    d3 = _mm512_fmadd_ps(p(i + 48), _mm512_loadu_ps(g + i + 48), d3);
   }
   for (; i < n; i += 16) {
     const __mmask16 mask = lanes(n - i);
-    d0 = _mm512_fmadd_ps(load_bf16(y + i, mask), _mm512_maskz_loadu_ps(mask, g + i), d0);
+    d0 = _mm512_fmadd_ps(p(i, mask), _mm512_maskz_loadu_ps(mask, g + i), d0);
   }
   return _mm512_set1_ps(
       _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(d0, d1), _mm512_add_ps(d2, d3))));
@@ -549,7 +564,7 @@ TF_AVX512 inline __m512 bf16_grad(const std::uint16_t* y, const float* g, __m512
 
 TF_AVX512 void softmax_grad_row_bf16(const std::uint16_t* y, const float* g, std::uint16_t* out,
                                      std::int64_t n) {
-  const __m512 dot = bf16_grad_dot(y, g, n);
+  const __m512 dot = row_dot(Bfloat16Lanes{y}, g, n);
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i r = round_bf16(bf16_grad(y, g, dot, i, 0xFFFF));
@@ -563,7 +578,7 @@ TF_AVX512 void softmax_grad_row_bf16(const std::uint16_t* y, const float* g, std
 
 TF_AVX512 void softmax_grad_row_bf16(const std::uint16_t* y, const float* g, float* out,
                                      std::int64_t n) {
-  const __m512 dot = bf16_grad_dot(y, g, n);
+  const __m512 dot = row_dot(Bfloat16Lanes{y}, g, n);
   for (std::int64_t i = 0; i < n; i += 16) {
     const __mmask16 mask = lanes(n - i);
     _mm512_mask_storeu_ps(out + i, mask, bf16_grad(y, g, dot, i, mask));
@@ -572,26 +587,11 @@ TF_AVX512 void softmax_grad_row_bf16(const std::uint16_t* y, const float* g, flo
 
 TF_AVX512 void softmax_grad_row(const float* p, const float* g, float* y, std::int64_t n,
                                 float scale) {
-  // The dot product in four chains, so that the adds' latency does not bound the pass.
-  __m512 d0 = _mm512_setzero_ps(), d1 = _mm512_setzero_ps(), d2 = _mm512_setzero_ps(),
-         d3 = _mm512_setzero_ps();
-  std::int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    d0 = _mm512_fmadd_ps(_mm512_loadu_ps(p + i), _mm512_loadu_ps(g + i), d0);
-    d1 = _mm512_fmadd_ps(_mm512_loadu_ps(p + i + 16), _mm512_loadu_ps(g + i + 16), d1);
-    d2 = _mm512_fmadd_ps(_mm512_loadu_ps(p + i + 32), _mm512_loadu_ps(g + i + 32), d2);
-    d3 = _mm512_fmadd_ps(_mm512_loadu_ps(p + i + 48), _mm512_loadu_ps(g + i + 48), d3);
-  }
-  for (; i < n; i += 16) {
-    const __mmask16 mask = lanes(n - i);
-    d0 =
-        _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, p + i), _mm512_maskz_loadu_ps(mask, g + i), d0);
-  }
-  const __m512 dot = _mm512_set1_ps(
-      _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(d0, d1), _mm512_add_ps(d2, d3))));
+  const __m512 dot = row_dot(Float32Lanes{p}, g, n);
   const __m512 factor = _mm512_set1_ps(scale);
   // scale * (p * (g - dot)): the portable loop's operations, in its order.
-  for (i = 0; i + 16 <= n; i += 16) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
     const __m512 v =
         _mm512_mul_ps(_mm512_loadu_ps(p + i), _mm512_sub_ps(_mm512_loadu_ps(g + i), dot));
     _mm512_storeu_ps(y + i, _mm512_mul_ps(factor, v));
