@@ -488,35 +488,11 @@ TF_AVX512 inline __m256i round_bf16(__m512 v) {
   return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(nearest_even, nan, quiet_nan));
 }
 
-}  // namespace
-
-TF_AVX512 float softmax_row_bf16(const float* x, float* e, std::uint16_t* y, std::int64_t n) {
-  const float max = row_max(x, n);
-  const __m512 factor = _mm512_set1_ps(1.0f / exp_sum(x, e, n, max));
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256i r = round_bf16(_mm512_mul_ps(_mm512_loadu_ps(e + i), factor));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), r);
-  }
-  if (i < n) {
-    const __mmask16 mask = lanes(n - i);
-    const __m256i r = round_bf16(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, e + i), factor));
-    _mm256_mask_storeu_epi16(y + i, mask, r);
-  }
-  return max;
-}
-
-namespace {
-
 // 16 bfloat16 values (bits; lanes outside `mask` read as 0) widened to float32, exactly.
 TF_AVX512 inline __m512 load_bf16(const std::uint16_t* bits, __mmask16 mask = 0xFFFF) {
   return _mm512_castsi512_ps(
       _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bits)), 16));
 }
-
-}  // namespace
-
-namespace {
 
 // The lanes of a float32 row, and of a bfloat16 row widened, for row_dot.
 struct Float32Lanes {
@@ -561,6 +537,22 @@ TF_AVX512 inline __m512 bf16_grad(const std::uint16_t* y, const float* g, __m512
 }
 
 }  // namespace
+
+TF_AVX512 float softmax_row_bf16(const float* x, float* e, std::uint16_t* y, std::int64_t n) {
+  const float max = row_max(x, n);
+  const __m512 factor = _mm512_set1_ps(1.0f / exp_sum(x, e, n, max));
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i r = round_bf16(_mm512_mul_ps(_mm512_loadu_ps(e + i), factor));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), r);
+  }
+  if (i < n) {
+    const __mmask16 mask = lanes(n - i);
+    const __m256i r = round_bf16(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, e + i), factor));
+    _mm256_mask_storeu_epi16(y + i, mask, r);
+  }
+  return max;
+}
 
 TF_AVX512 void softmax_grad_row_bf16(const std::uint16_t* y, const float* g, std::uint16_t* out,
                                      std::int64_t n) {
