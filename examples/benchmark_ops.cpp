@@ -56,7 +56,8 @@ struct Stat {
 // that changes every round, so that a change in machine load hits all of them alike, until the
 // ratios of each reference (cblas, oneDNN: fs[2], fs[3]) to ours (fs[0]) are known. An empty
 // function gets zeros. Also returns, per reference, the median of the per-round ratios
-// reference / ours and its spread (zeros where it is absent).
+// reference / ours and its spread (zeros where it is absent). `setup`, when given, runs untimed
+// before every timed run of each function.
 struct Timings {
   std::vector<Stat> stats;
   std::vector<bench::RatioStats> raw_over_ours;  // cblas, oneDNN
@@ -67,13 +68,14 @@ std::string reference_name(std::size_t i) {
   return i == 2 ? "cblas / ours" : "oneDNN / ours";
 }
 
-Timings time_all(const std::vector<std::function<void()>>& fs) {
+Timings time_all(const std::vector<std::function<void()>>& fs,
+                 const std::function<void()>& setup = nullptr) {
   std::vector<bench::Job> jobs;
   std::vector<std::size_t> job_of(fs.size(), fs.size());
   for (std::size_t i = 0; i < fs.size(); ++i) {
     if (!fs[i]) continue;
     job_of[i] = jobs.size();
-    jobs.push_back({"function " + std::to_string(i), nullptr, fs[i]});
+    jobs.push_back({"function " + std::to_string(i), setup, fs[i]});
   }
   std::vector<bench::Ratio> ratios;
   for (std::size_t i : {std::size_t{2}, std::size_t{3}}) {
@@ -146,6 +148,7 @@ struct Row {
   std::string op, shape, unit;
   double work;  // flops or bytes per call
   std::function<void()> ours, ours_public, blas, dnnl;
+  std::function<void()> setup;  // untimed, before every timed call (evict_caches: cold rows)
 };
 
 void print_header() {
@@ -155,7 +158,7 @@ void print_header() {
 }
 
 void print_row(const Row& r) {
-  const Timings timings = time_all({r.ours, r.ours_public, r.blas, r.dnnl});
+  const Timings timings = time_all({r.ours, r.ours_public, r.blas, r.dnnl}, r.setup);
   const auto& t = timings.stats;
   auto ms = [](double s) {
     char buf[32];
@@ -190,13 +193,23 @@ Tensor random_f32(const Shape& shape) {
   return randn(shape);
 }
 
+// Writes 64 MiB, more than the last-level caches of the CPUs measured (32-36 MiB), so that the
+// next call finds its operands in memory, as a layer's backward does: its weight gradients
+// read activations that were written long before. A hot loop keeps them in L2 and L3, which
+// favours other kernels than the layer's case does (docs/matmul.md).
+void evict_caches() {
+  static std::vector<unsigned char> buffer(std::size_t{64} << 20);
+  static unsigned char value = 0;
+  std::memset(buffer.data(), ++value, buffer.size());
+}
+
 // --- matmul: out[b] = a[b] @ op(k[b]) ---
 
 // a_store: [B, M, K], or [B, K, M] when a_transposed (then a is the transposed view, as the g
 // of a weight gradient g^T x is); b_store: [B, K, N], or [B, N, K] when b_transposed (then b is
-// the transposed view, as attention's K^T is).
+// the transposed view, as attention's K^T is). cold: the caches are evicted before every call.
 void bench_matmul(const std::string& name, std::int64_t batch, std::int64_t m, std::int64_t k,
-                  std::int64_t n, bool b_transposed, bool a_transposed = false) {
+                  std::int64_t n, bool b_transposed, bool a_transposed = false, bool cold = false) {
   const Tensor a_store = random_f32(a_transposed ? Shape{batch, k, m} : Shape{batch, m, k});
   const Tensor a =
       a_transposed ? raw::as_strided(a_store, {batch, m, k}, {m * k, 1, m}, 0) : a_store;
@@ -209,6 +222,7 @@ void bench_matmul(const std::string& name, std::int64_t batch, std::int64_t m, s
                 static_cast<long>(m), static_cast<long>(k), static_cast<long>(n),
                 a_transposed ? " A^T" : "", b_transposed ? " B^T" : "");
   Row row{name, shape, "GFLOP/s", 2.0 * static_cast<double>(batch * m * n * k)};
+  if (cold) row.setup = evict_caches;
 
   row.ours = [&] { cpu().matmul(a, b, out); };
   // The public, differentiable op (no graph), which allocates its output.
@@ -506,6 +520,12 @@ int main(int argc, char** argv) {
     bench_matmul("matmul dW = g^T x", 1, 256 / d, 1024 / d, 256 / d, false, true);
     bench_matmul("matmul dW = g^T x", 1, 256 / d, 1024 / d, 1024 / d, false, true);
     bench_matmul("matmul dW = g^T x", 1, 256 / d, 16384 / d, 256 / d, false, true);
+    // The same with operands from memory, as in the encoder layer's backward (n = 256 and
+    // 1024, batch 4), which the kernel choice is measured by.
+    bench_matmul("dW = g^T x, cold", 1, 256 / d, 1024 / d, 256 / d, false, true, true);
+    bench_matmul("dW = g^T x, cold", 1, 256 / d, 1024 / d, 1024 / d, false, true, true);
+    bench_matmul("dW = g^T x, cold", 1, 256 / d, 4096 / d, 256 / d, false, true, true);
+    bench_matmul("dW = g^T x, cold", 1, 256 / d, 4096 / d, 1024 / d, false, true, true);
     bench_softmax(16 * 1024 / d, 1024 / d);
     bench_layer_norm(8192 / d, 768 / d);
     bench_elementwise(16 * 1024 * 1024 / (d * d));
