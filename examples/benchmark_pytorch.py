@@ -203,6 +203,21 @@ def environment():
             "config": torch.__config__.show()}
 
 
+def profile(case, warmup, reps):
+    """Prints the ops of `reps` float32 forward+backward calls by their own CPU time."""
+    for _ in range(warmup):
+        case.zero()
+        case.train()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(reps):
+            case.zero()
+            case.train()
+    case.zero()
+    print(f"profile {case.name}: {reps} float32 forward+backward calls, ops by their own CPU "
+          "time (torch.profiler)")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", required=True, help="the directory benchmark_libtorch "
@@ -224,6 +239,10 @@ def main():
                         help="move one weight by 1e-2 before the check, which must then fail "
                         "(the test that proves the check can fail)")
     parser.add_argument("--no-bf16", action="store_true", help="time float32 only")
+    parser.add_argument("--profile", action="store_true",
+                        help="after each case's check, --reps float32 forward+backward calls "
+                        "under torch.profiler: the ops that take the time (to set against "
+                        "benchmark_libtorch --profile of the same case)")
     parser.add_argument("--quiet", action="store_true", help="no environment printout")
     parser.add_argument("--json", default="benchmark_pytorch.json")
     args = parser.parse_args()
@@ -256,6 +275,8 @@ def main():
             failed.append(case.name)
         row = {"name": case.name, "n": case.n, "k": case.k, "layer": case.label,
                "agreement": agreement}
+        if args.profile:
+            profile(case, args.warmup, args.reps)
         if not args.check_only and case.file["y"].dtype == torch.float32:
             variants = [("float32", False)] + ([] if args.no_bf16 else [("bf16_autocast", True)])
             train = time_interleaved(
