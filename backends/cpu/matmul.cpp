@@ -350,18 +350,15 @@ void matmul_tn(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, float
   }
 }
 
-bool weight_gradients_on_own_kernel() {
-  static const bool yes = avx512::available() && __builtin_cpu_is("amd");
-  return yes;
-}
-
 // Whether out = a^T b of one matrix (a column-major, b row-major: a weight gradient) runs on
-// matmul_tn: where weight_gradients_on_own_kernel, float32, or bfloat16 operands with a float32
-// out (mixed precision) where the CPU has AVX512-BF16 and oneDNN's bfloat16 kernels are on
-// (bf16_matmul_fast: DNNL_MAX_CPU_ISA turns both off).
+// matmul_tn: float32, or bfloat16 operands with a float32 out (mixed precision) where the CPU has
+// AVX512-BF16 and oneDNN's bfloat16 kernels are on (bf16_matmul_fast: DNNL_MAX_CPU_ISA turns
+// both off). Neither where oneDNN runs AMX (dnnl_runs_amx): its bfloat16 kernel on the tiles
+// outruns the own kernel's dot products, and its float32 kernel was ahead of the own one there
+// too (docs/matmul.md).
 bool tn_on_avx512(const GemmInput& pa, const GemmInput& pb, std::int64_t m, std::int64_t k,
                   std::int64_t n, bool mixed) {
-  if (!weight_gradients_on_own_kernel()) return false;
+  if (dnnl_runs_amx()) return false;
   return (mixed ? avx512::bf16_available() && bf16_matmul_fast() : avx512::available()) &&
          pa.layout.transposed && !pb.layout.transposed && m > 1 && m <= kTnMaxRows &&
          m * n * k > kSmallGemm;

@@ -27,13 +27,6 @@ bool bf16_matmul_fast();
 // one of its kernels that uses the tiles (docs/matmul.md).
 bool bf16_matmul_amx();
 
-// Whether a product with a transposed (column-major) first operand and M <= 512 rows, the shape
-// of the weight gradients dW = g^T x, runs on the library's own AVX-512 kernel (avx512::gemm_tn)
-// rather than on oneDNN: where the CPU has AVX-512 and is AMD's. On the AMD Zen 5 measured the
-// own kernel was the faster one with operands from memory; on the Intel Xeons measured (Skylake-SP
-// and Emerald Rapids) oneDNN's kernel was, hot and cold (docs/matmul.md). Computed once.
-bool weight_gradients_on_own_kernel();
-
 // The largest M*N*K that a float32 product with a batch of one sends to cblas_sgemm (its lower
 // fixed cost at that size), and up to which MatmulPrecision::bf16 keeps a product exact; the
 // fused linear follows the same rule, so a Linear layer rounds where matmul would.
