@@ -85,11 +85,18 @@ int main(int argc, char** argv) {
   const auto random_curve = nn::attention_spectrum(sharp)[0].cumulative;
   row("random sharp P", random_curve);
 
+  // The thresholds hold for every training trajectory seen (nine seeds, and the roundings of
+  // different matrix-product kernels), not for one run only: layer 0, the lower of the two,
+  // carried 0.93-0.99 at n/8 and 0.98-1.00 at n/4 (docs/tutorial/04-low-rank.md). n/4 is the
+  // index of the paper's heat map (k = 128 of n = 512).
   for (std::size_t l = 0; l < 2; ++l) {
     const std::string layer = "layer " + std::to_string(l);
     tutorial::check_trained(
-        smoke, trained[l][k - 1] > 0.95,
-        "trained, " + layer + ": the first k = n/8 singular values carry over 95% of the sum");
+        smoke, trained[l][k - 1] > 0.9,
+        "trained, " + layer + ": the first k = n/8 singular values carry over 90% of the sum");
+    tutorial::check_trained(
+        smoke, trained[l][2 * k - 1] > 0.95,
+        "trained, " + layer + ": the first 2k = n/4 singular values carry over 95% of the sum");
     tutorial::check_trained(
         smoke, trained[l][k - 1] > untrained[l][k - 1],
         "trained, " + layer + ": more concentrated than the same layer untrained");
