@@ -118,6 +118,16 @@ Detail detail_of(const A&... args) {
     d.kind = binary_name(std::get<0>(t));
   } else if constexpr (op == Op::reduce) {
     d.kind = reduce_name(std::get<0>(t));
+    // By shape: the source's layout and the result's shape ("[32x128x64] strides [...] ->
+    // [1x128x64]"), which tell a full reduction from one over a leading or the innermost dim.
+    if (g_by_shape.load(std::memory_order_relaxed)) {
+      const Tensor& out = std::get<3>(t);
+      std::ostringstream s;
+      s << copy_shape(std::get<1>(t)) << " -> [";
+      for (std::int64_t i = 0; i < out.dim(); ++i) s << (i > 0 ? "x" : "") << out.size(i);
+      s << ']';
+      d.shape = s.str();
+    }
   } else if constexpr (op == Op::pool1d || op == Op::pool1d_backward) {
     d.kind = pool_name(std::get<0>(t));
   } else if constexpr (op == Op::random) {

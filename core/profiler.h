@@ -40,7 +40,8 @@ class Profiler {
  public:
   // by_shape: one row per shape of each matrix product ("matmul 32x[1024x64]^T[1024x1024]"),
   // where ^T marks an operand read transposed (column-major), instead of one row for them all;
-  // likewise one row per source layout of each copy ("copy [4x256x4x64] strides [...]").
+  // likewise one row per source layout of each copy ("copy [4x256x4x64] strides [...]") and
+  // per source layout and result shape of each reduction.
   explicit Profiler(bool by_shape = false);
   ~Profiler();
   Profiler(const Profiler&) = delete;

@@ -374,6 +374,43 @@ void bench_elementwise(std::int64_t n) {
                         {{DNNL_ARG_SRC, mem(a)}, {DNNL_ARG_DST, mem(out)}}};
   gelu_row.dnnl = raw_gelu;
   print_row(gelu_row);
+
+  // out = g * gelu'(a): reads a and g, writes out.
+  Row gelu_bwd{"gelu_backward (erf)", shape, "GB/s", 3.0 * 4 * static_cast<double>(n)};
+  gelu_bwd.ours = [&] { cpu().unary_backward(UnaryOp::gelu, b, a, Tensor(), out, 0.0); };
+  dnnl::eltwise_backward::primitive_desc gbpd(
+      dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_gelu_erf, d, d, 0.f, 0.f), engine(),
+      gpd);
+  RawPrimitive raw_gelu_bwd{
+      dnnl::eltwise_backward(gbpd),
+      {{DNNL_ARG_SRC, mem(a)}, {DNNL_ARG_DIFF_DST, mem(b)}, {DNNL_ARG_DIFF_SRC, mem(out)}}};
+  gelu_bwd.dnnl = raw_gelu_bwd;
+  print_row(gelu_bwd);
+}
+
+// --- reductions: a oneDNN reorder of the same input as the reference ---
+
+// Linformer's mean pooling (nn/projection.cpp) at train_mlm's defaults: keys [B, H, n, d] =
+// [32, 4, 128, 16], a view of [B, n, H, d], summed over windows of n / k = 4 rows into k = 32.
+// oneDNN's reduction primitive runs such a strided input on its reference loop (tens of times
+// slower), so the reference is a reorder that reads the same view into a contiguous buffer: the
+// same reads, four times the writes.
+void bench_reduce() {
+  const std::int64_t b = 32, h = 4, n = 128, d = 16, k = 32, w = n / k;
+  const Tensor bnhd = random_f32({b, n, h, d});
+  const Tensor windows = bnhd.permute({0, 2, 1, 3}).reshape({b, h, k, w, d});
+  Tensor out = empty({b, h, k, 1, d}), gathered = empty({b, h, k, w, d});
+  Row row{"sum, pooling windows", "[32x4x32x4x16] dim 3", "GB/s",
+          4.0 * static_cast<double>(windows.numel() + out.numel())};
+  row.ours = [&] { cpu().reduce(ReduceOp::sum, windows, {3}, out); };
+  row.ours_public = [&] {
+    NoGradGuard no_grad;
+    Tensor r = sum(windows, {3}, true);
+  };
+  dnnl::memory src = mem(windows), dst = mem(gathered);
+  RawPrimitive raw{dnnl::reorder(src, dst), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}};
+  row.dnnl = raw;
+  print_row(row);
 }
 
 // What a parallel region costs when it follows 5 us of work on the calling thread alone, as an
@@ -529,6 +566,7 @@ int main(int argc, char** argv) {
     bench_softmax(16 * 1024 / d, 1024 / d);
     bench_layer_norm(8192 / d, 768 / d);
     bench_elementwise(16 * 1024 * 1024 / (d * d));
+    bench_reduce();
     bench_team_wakeup();
     bench_fma_peak(tiny);
   } catch (const std::exception& e) {

@@ -97,6 +97,60 @@ A reduce_contiguous(const T* p, std::int64_t n) {
   return acc;
 }
 
+// The offsets in x (operand 0) and out (operand 1) of output f of the kept layout, for f
+// visited in increasing order, as a thread visits its items: a step within the innermost dim,
+// or to the start of the next run of it, adds strides; any other jump (a thread's first item)
+// computes the offsets from the index. A division per item would cost more than a short
+// reduction's arithmetic (64-bit divisions take tens of cycles).
+class KeptOffsets {
+ public:
+  explicit KeptOffsets(const StridedLayout& kept) : kept_(kept), index_(kept.sizes.size(), 0) {}
+
+  void go_to(std::int64_t f) {
+    const std::size_t last = index_.size() - 1;
+    const std::int64_t delta = f - pos_;
+    const Shape& sizes = kept_.sizes;
+    const Shape& sx = kept_.strides[0];
+    const Shape& so = kept_.strides[1];
+    if (pos_ >= 0 && delta >= 0 && index_[last] + delta < sizes[last]) {
+      index_[last] += delta;
+      x += delta * sx[last];
+      out += delta * so[last];
+    } else if (pos_ >= 0 && delta > 0 && index_[last] + delta == sizes[last]) {
+      x -= index_[last] * sx[last];
+      out -= index_[last] * so[last];
+      index_[last] = 0;
+      for (std::size_t d = last; d-- > 0;) {  // an odometer over the outer dims
+        ++index_[d];
+        x += sx[d];
+        out += so[d];
+        if (index_[d] < sizes[d]) break;
+        x -= sizes[d] * sx[d];
+        out -= sizes[d] * so[d];
+        index_[d] = 0;
+      }
+    } else {
+      std::int64_t rest = f;
+      x = 0;
+      out = 0;
+      for (std::size_t d = last + 1; d-- > 0;) {
+        index_[d] = rest % sizes[d];
+        rest /= sizes[d];
+        x += index_[d] * sx[d];
+        out += index_[d] * so[d];
+      }
+    }
+    pos_ = f;
+  }
+
+  std::int64_t x = 0, out = 0;
+
+ private:
+  const StridedLayout& kept_;
+  Shape index_;
+  std::int64_t pos_ = -1;
+};
+
 // out: x's shape with the reduced dims set to 1.
 template <typename T, typename Op>
 class Reduction {
@@ -146,23 +200,27 @@ class Reduction {
     const std::int64_t block = split ? std::max<std::int64_t>(1, kBlockElems / width) : n_red_;
     const std::int64_t blocks = (n_red_ + block - 1) / block;
 
-    // Item i covers outputs [first, first + m) of the kept layout.
+    // Item i covers outputs [first, first + m) of the kept layout. (The tests for one part per
+    // line and one block per item skip divisions, which cost more than a short item's work.)
     const auto item_range = [=](std::int64_t i) {
-      const std::int64_t first = i / per_line * line + i % per_line * width;
-      return std::pair{first, std::min(width, line - i % per_line * width)};
+      if (per_line == 1) return std::pair{i * line, line};
+      const std::int64_t part = i % per_line;
+      return std::pair{i / per_line * line + part * width, std::min(width, line - part * width)};
     };
     std::vector<A> partial(blocks > 1 ? static_cast<std::size_t>(items * blocks * width) : 0);
     parallel_for(
         items * blocks,
         [&](std::int64_t begin, std::int64_t end) {
           A acc[kTile];
+          KeptOffsets at(kept_);
           for (std::int64_t w = begin; w < end; ++w) {
-            const std::int64_t i = w / blocks, b = w % blocks;
+            const std::int64_t i = blocks == 1 ? w : w / blocks, b = blocks == 1 ? 0 : w % blocks;
             const auto [first, m] = item_range(i);
             const std::int64_t r0 = b * block, r1 = std::min(n_red_, r0 + block);
-            accumulate(element_offset(kept_, first, 0), m, r0, r1, acc);
+            at.go_to(first);
+            accumulate(at.x, m, r0, r1, acc);
             if (blocks == 1) {
-              write(first, m, acc);
+              write(at.out, m, acc);
             } else {
               std::copy(acc, acc + m, partial.begin() + w * width);
             }
@@ -175,6 +233,7 @@ class Reduction {
         items,
         [&](std::int64_t begin, std::int64_t end) {
           A acc[kTile];
+          KeptOffsets at(kept_);
           for (std::int64_t i = begin; i < end; ++i) {
             const auto [first, m] = item_range(i);
             std::copy_n(partial.begin() + i * blocks * width, m, acc);
@@ -182,7 +241,8 @@ class Reduction {
               const A* p = partial.data() + (i * blocks + b) * width;
               for (std::int64_t k = 0; k < m; ++k) acc[k] = Op::combine(acc[k], p[k]);
             }
-            write(first, m, acc);
+            at.go_to(first);
+            write(at.out, m, acc);
           }
         },
         blocks * width);
@@ -195,7 +255,7 @@ class Reduction {
                   A* acc) const {
     std::fill(acc, acc + m, Op::template identity<A>());
     const std::int64_t step = red_.inner_stride(0);
-    for_each_row(red_, r0, r1, [&](const std::int64_t* at, std::int64_t len) {
+    const auto row = [&](const std::int64_t* at, std::int64_t len) {
       const T* p = x_ + base + at[0];
       if (outer_) {
         for (std::int64_t j = 0; j < len; ++j, p += step) {
@@ -207,12 +267,20 @@ class Reduction {
       } else {
         for (std::int64_t j = 0; j < len; ++j) acc[0] = Op::step(acc[0], p[j * step]);
       }
-    });
+    };
+    // One reduced dim (after coalescing, the usual case) is one row: no layout walk, whose
+    // setup would cost more than a short reduction's arithmetic (a pooling window of 4 rows).
+    if (red_.sizes.size() == 1) {
+      const std::int64_t at = r0 * step;
+      row(&at, r1 - r0);
+    } else {
+      for_each_row(red_, r0, r1, row);
+    }
   }
 
-  // Outputs [first, first + m) of the kept layout (contiguous in out when m > 1).
-  void write(std::int64_t first, std::int64_t m, const A* acc) const {
-    T* o = out_ + element_offset(kept_, first, 1);
+  // m outputs from out's element `offset` on (contiguous in out when m > 1).
+  void write(std::int64_t offset, std::int64_t m, const A* acc) const {
+    T* o = out_ + offset;
     for (std::int64_t k = 0; k < m; ++k) {
       if constexpr (std::is_floating_point_v<A>) {
         o[k] = static_cast<T>(mean_ ? acc[k] / static_cast<A>(n_red_) : acc[k]);

@@ -157,6 +157,13 @@ TEST_CASE("parallel grain: every pass that takes it gives the same bits on any t
       cpu_backend().reduce(ReduceOp::sum, a, {0, 1}, all);
       return std::vector<Tensor>{rows, cols, all};
     });
+    check_same_bits("reduce sum over pooling windows of a permuted view", [&] {
+      const Tensor x = random_tensor({8, 128, 4, 33}, dtype, 9);
+      const Tensor windows = x.permute({0, 2, 1, 3}).reshape({8, 4, 32, 4, 33});
+      Tensor out = empty({8, 4, 32, 1, 33}, {.dtype = dtype});
+      cpu_backend().reduce(ReduceOp::sum, windows, {3}, out);
+      return std::vector<Tensor>{out};
+    });
     check_same_bits("softmax and its backward", [&] {
       Tensor y = empty({997, 301}, {.dtype = dtype}), dx = empty({997, 301}, {.dtype = dtype});
       cpu_backend().softmax(a, false, y);

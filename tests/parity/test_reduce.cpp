@@ -143,6 +143,24 @@ TEST_CASE("parity: reduce of a large input (long rows, split reductions, columns
   }
 }
 
+TEST_CASE("parity: reduce over pooling windows of a permuted view (Linformer's mean pooling)") {
+  if (!available()) return;
+  // Keys [B, H, n, d] as a view of [B, n, H, d], summed over windows of 4 rows: four kept dims
+  // that do not merge (the innermost of 6 elements), one reduced dim of stride H * d, and in the
+  // second case kept rows longer than a tile of outputs.
+  for (DType dtype : supported({DType::float32, DType::float64})) {
+    for (const Shape& shape : {Shape{3, 40, 4, 6}, Shape{2, 8, 2, 300}}) {
+      const Pair x = make_pair(shape, dtype, Layout::contiguous, 11);
+      const auto windows = [&shape](const Tensor& t) {
+        return t.permute({0, 2, 1, 3}).reshape({shape[0], shape[2], shape[1] / 4, 4, shape[3]});
+      };
+      const Pair v = {windows(x.ref), windows(x.dev)};
+      REQUIRE(!v.dev.is_contiguous());
+      for (ReduceOp op : kOps) check_reduce(op, v, {3}, "pooling windows");
+    }
+  }
+}
+
 TEST_CASE("parity: reduce into a strided output, of a scalar, and over an empty dim") {
   if (!available()) return;
   for (DType dtype : supported({DType::float32, DType::bfloat16})) {
