@@ -255,7 +255,7 @@ class Reduction {
                   A* acc) const {
     std::fill(acc, acc + m, Op::template identity<A>());
     const std::int64_t step = red_.inner_stride(0);
-    const auto row = [&](const std::int64_t* at, std::int64_t len) {
+    for_each_row(red_, r0, r1, [&](const std::int64_t* at, std::int64_t len) {
       const T* p = x_ + base + at[0];
       if (outer_) {
         for (std::int64_t j = 0; j < len; ++j, p += step) {
@@ -267,15 +267,7 @@ class Reduction {
       } else {
         for (std::int64_t j = 0; j < len; ++j) acc[0] = Op::step(acc[0], p[j * step]);
       }
-    };
-    // One reduced dim (after coalescing, the usual case) is one row: no layout walk, whose
-    // setup would cost more than a short reduction's arithmetic (a pooling window of 4 rows).
-    if (red_.sizes.size() == 1) {
-      const std::int64_t at = r0 * step;
-      row(&at, r1 - r0);
-    } else {
-      for_each_row(red_, r0, r1, row);
-    }
+    });
   }
 
   // m outputs from out's element `offset` on (contiguous in out when m > 1).

@@ -99,9 +99,14 @@ void for_each_row(const StridedLayout& layout, std::int64_t begin, std::int64_t 
   if (begin >= end) return;
   const std::size_t ndim = layout.sizes.size(), operands = layout.strides.size();
   const std::int64_t inner = layout.sizes.back();
+  std::array<std::int64_t, StridedLayout::kMaxOperands> row_start{}, at{};
+  if (ndim == 1) {  // one run: no multi-index to set up (a short reduction calls this per item)
+    for (std::size_t k = 0; k < operands; ++k) at[k] = begin * layout.inner_stride(k);
+    row(at.data(), end - begin);
+    return;
+  }
   // The outer multi-index of `begin`, and each operand's offset at the start of that row.
   Shape index(ndim, 0);
-  std::array<std::int64_t, StridedLayout::kMaxOperands> row_start{}, at{};
   std::int64_t rest = begin / inner, pos = begin % inner;
   for (std::size_t d = ndim - 1; d-- > 0;) {
     index[d] = rest % layout.sizes[d];
