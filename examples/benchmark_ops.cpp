@@ -413,6 +413,39 @@ void bench_reduce() {
   print_row(row);
 }
 
+// --- copies of a strided view: a oneDNN reorder of the same view as the reference ---
+
+// Attention's heads at train_mlm's defaults: [B, n, H, d] = [32, 128, 4, 16] split into
+// [B, H, n, d] (a copy of the permuted view into a contiguous tensor) and merged back (a copy
+// into the permuted view of a contiguous [B, n, H, d]); both move rows of d = 16 floats, 64 bytes.
+void bench_copy() {
+  const std::int64_t b = 32, n = 128, h = 4, d = 16;
+  const Tensor bnhd = random_f32({b, n, h, d});
+  const Tensor split_view = bnhd.permute({0, 2, 1, 3});
+  Tensor bhnd = empty({b, h, n, d});
+  Tensor merged = empty({b, n, h, d});
+  const Tensor merge_view = merged.permute({0, 2, 1, 3});
+  const double bytes = 2.0 * 4 * static_cast<double>(bnhd.numel());
+
+  Row split{"copy, heads split", "[32x128x4x16] -> [32x4x128x16]", "GB/s", bytes};
+  split.ours = [&] { cpu().copy(split_view, bhnd); };
+  split.ours_public = [&] {
+    NoGradGuard no_grad;
+    Tensor r = split_view.contiguous();
+  };
+  dnnl::memory split_src = mem(split_view), split_dst = mem(bhnd);
+  split.dnnl = RawPrimitive{dnnl::reorder(split_src, split_dst),
+                            {{DNNL_ARG_FROM, split_src}, {DNNL_ARG_TO, split_dst}}};
+  print_row(split);
+
+  Row merge{"copy, heads merge", "[32x4x128x16] -> [32x128x4x16]", "GB/s", bytes};
+  merge.ours = [&] { cpu().copy(bhnd, merge_view); };
+  dnnl::memory merge_src = mem(bhnd), merge_dst = mem(merge_view);
+  merge.dnnl = RawPrimitive{dnnl::reorder(merge_src, merge_dst),
+                            {{DNNL_ARG_FROM, merge_src}, {DNNL_ARG_TO, merge_dst}}};
+  print_row(merge);
+}
+
 // What a parallel region costs when it follows 5 us of work on the calling thread alone, as an
 // op's pass follows the bookkeeping of the op before it: a region with nothing to do and copies
 // split over the team, against the same copies on the calling thread (docs/threading.md; run
@@ -567,6 +600,7 @@ int main(int argc, char** argv) {
     bench_layer_norm(8192 / d, 768 / d);
     bench_elementwise(16 * 1024 * 1024 / (d * d));
     bench_reduce();
+    bench_copy();
     bench_team_wakeup();
     bench_fma_peak(tiny);
   } catch (const std::exception& e) {

@@ -255,7 +255,7 @@ class Reduction {
                   A* acc) const {
     std::fill(acc, acc + m, Op::template identity<A>());
     const std::int64_t step = red_.inner_stride(0);
-    for_each_row(red_, r0, r1, [&](const std::int64_t* at, std::int64_t len) {
+    for_each_row<1>(red_, r0, r1, [&](const std::int64_t* at, std::int64_t len) {
       const T* p = x_ + base + at[0];
       if (outer_) {
         for (std::int64_t j = 0; j < len; ++j, p += step) {
@@ -337,7 +337,7 @@ void CpuBackend::max_dim(const Tensor& x, std::int64_t dim, const Tensor& values
     parallel_for(
         values.numel(),
         [&](std::int64_t begin, std::int64_t end) {
-          for_each_row(kept, begin, end, [&](const std::int64_t* at, std::int64_t len) {
+          for_each_row<3>(kept, begin, end, [&](const std::int64_t* at, std::int64_t len) {
             for (std::int64_t j = 0; j < len; ++j) {
               const T* p = px + at[0] + j * kept.inner_stride(0);
               T best = p[0];

@@ -93,40 +93,66 @@ inline void check_same_shape(const char* op, const Tensor& out,
 
 // Calls row(offsets, len) for every run of the innermost dim that meets the row-major element
 // range [begin, end): offsets[k] is operand k's element offset of the run's first element, and
-// the run continues with stride layout.inner_stride(k) for len elements.
-template <typename Row>
+// the run continues with stride layout.inner_stride(k) for len elements. N: the layout's number
+// of operands. The rows of one plane (the two innermost dims) are stepped with the offsets in
+// locals, so that a short row (a head's 16 floats) costs little more than its own loop; the dims
+// outside the plane are stepped like an odometer.
+template <std::size_t N, typename Row>
 void for_each_row(const StridedLayout& layout, std::int64_t begin, std::int64_t end, Row&& row) {
+  static_assert(N >= 1 && N <= StridedLayout::kMaxOperands);
   if (begin >= end) return;
-  const std::size_t ndim = layout.sizes.size(), operands = layout.strides.size();
+  const std::size_t ndim = layout.sizes.size();
   const std::int64_t inner = layout.sizes.back();
-  std::array<std::int64_t, StridedLayout::kMaxOperands> row_start{}, at{};
+  std::array<std::int64_t, N> at{}, inner_step{};
+  for (std::size_t k = 0; k < N; ++k) inner_step[k] = layout.inner_stride(k);
   if (ndim == 1) {  // one run: no multi-index to set up (a short reduction calls this per item)
-    for (std::size_t k = 0; k < operands; ++k) at[k] = begin * layout.inner_stride(k);
+    for (std::size_t k = 0; k < N; ++k) at[k] = begin * inner_step[k];
     row(at.data(), end - begin);
     return;
   }
-  // The outer multi-index of `begin`, and each operand's offset at the start of that row.
-  Shape index(ndim, 0);
+  const std::size_t plane_dim = ndim - 2;  // the dim whose steps move from row to row
+  const std::int64_t rows = layout.sizes[plane_dim];
+  std::array<std::int64_t, N> row_step{}, plane_start{};
+  for (std::size_t k = 0; k < N; ++k) row_step[k] = layout.strides[k][plane_dim];
+  // The multi-index of `begin`'s plane, each operand's offset of that plane, and the row and
+  // position of `begin` in it.
+  Shape index(plane_dim, 0);
   std::int64_t rest = begin / inner, pos = begin % inner;
-  for (std::size_t d = ndim - 1; d-- > 0;) {
+  std::int64_t r = rest % rows;
+  rest /= rows;
+  for (std::size_t d = plane_dim; d-- > 0;) {
     index[d] = rest % layout.sizes[d];
     rest /= layout.sizes[d];
-    for (std::size_t k = 0; k < operands; ++k) row_start[k] += index[d] * layout.strides[k][d];
+    for (std::size_t k = 0; k < N; ++k) plane_start[k] += index[d] * layout.strides[k][d];
   }
   for (std::int64_t done = begin; done < end;) {
-    const std::int64_t len = std::min(inner - pos, end - done);
-    for (std::size_t k = 0; k < operands; ++k) at[k] = row_start[k] + pos * layout.inner_stride(k);
-    row(at.data(), len);
-    done += len;
-    pos = 0;
-    // Step the outer multi-index like an odometer.
-    for (std::size_t d = ndim - 1; d-- > 0;) {
+    for (std::size_t k = 0; k < N; ++k) {
+      at[k] = plane_start[k] + r * row_step[k] + pos * inner_step[k];
+    }
+    // The rows of this plane, the first one from pos on, the last one up to end.
+    const std::int64_t stop = std::min(end, done - pos + (rows - r) * inner);
+    if (pos > 0) {  // the rest of a row begun before
+      const std::int64_t len = std::min(inner - pos, stop - done);
+      row(at.data(), len);
+      done += len;
+      for (std::size_t k = 0; k < N; ++k) at[k] += row_step[k] - pos * inner_step[k];
+      pos = 0;
+    }
+    for (; done + inner <= stop; done += inner) {  // whole rows
+      row(at.data(), inner);
+      for (std::size_t k = 0; k < N; ++k) at[k] += row_step[k];
+    }
+    if (done < stop) {  // the start of a row that ends after `end`
+      row(at.data(), stop - done);
+      done = stop;
+    }
+    r = 0;
+    // Step the plane's multi-index like an odometer.
+    for (std::size_t d = plane_dim; d-- > 0;) {
       ++index[d];
-      for (std::size_t k = 0; k < operands; ++k) row_start[k] += layout.strides[k][d];
+      for (std::size_t k = 0; k < N; ++k) plane_start[k] += layout.strides[k][d];
       if (index[d] < layout.sizes[d]) break;
-      for (std::size_t k = 0; k < operands; ++k) {
-        row_start[k] -= layout.sizes[d] * layout.strides[k][d];
-      }
+      for (std::size_t k = 0; k < N; ++k) plane_start[k] -= layout.sizes[d] * layout.strides[k][d];
       index[d] = 0;
     }
   }
@@ -241,18 +267,27 @@ void map_impl(F& f, const Tensor& out, const std::array<Tensor, sizeof...(In)>& 
   bool unit_rows = true;
   for (std::size_t k = 0; k <= sizeof...(In); ++k)
     unit_rows = unit_rows && layout.inner_stride(k) == 1;
+  if (unit_rows) {
+    parallel_for(
+        n,
+        [&](std::int64_t begin, std::int64_t end) {
+          for_each_row<sizeof...(In) + 1>(
+              layout, begin, end, [&](const std::int64_t* at, std::int64_t len) {
+                apply_contiguous(f, o + at[0], len, (std::get<I>(p) + at[I + 1])...);
+              });
+        },
+        1, cost);
+    return;
+  }
   parallel_for(
       n,
       [&](std::int64_t begin, std::int64_t end) {
         std::tuple<RowReader<In>...> readers{RowReader<In>(layout.inner_stride(I + 1))...};
-        for_each_row(layout, begin, end, [&](const std::int64_t* at, std::int64_t len) {
-          if (unit_rows) {
-            apply_contiguous(f, o + at[0], len, (std::get<I>(p) + at[I + 1])...);
-          } else {
-            (std::get<I>(readers).start(std::get<I>(p) + at[I + 1]), ...);
-            map_row(f, len, o + at[0], layout.inner_stride(0), readers);
-          }
-        });
+        for_each_row<sizeof...(In) + 1>(
+            layout, begin, end, [&](const std::int64_t* at, std::int64_t len) {
+              (std::get<I>(readers).start(std::get<I>(p) + at[I + 1]), ...);
+              map_row(f, len, o + at[0], layout.inner_stride(0), readers);
+            });
       },
       1, cost);
 }
