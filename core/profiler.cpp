@@ -23,6 +23,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_active{false};
+std::atomic<bool> g_paused{false};  // the live Profiler is paused
 std::atomic<bool> g_by_shape{false};
 std::mutex g_mutex;
 std::map<std::string, OpProfile>& rows() {
@@ -260,7 +261,7 @@ std::string format_row(const char* fmt, auto... values) {
 namespace detail {
 
 bool profiler_active() {
-  return g_active.load(std::memory_order_relaxed);
+  return g_active.load(std::memory_order_relaxed) && !g_paused.load(std::memory_order_relaxed);
 }
 
 Backend& profiled_backend(Backend& inner) {
@@ -279,10 +280,12 @@ Profiler::Profiler(bool by_shape) {
   TF_CHECK(g_active.compare_exchange_strong(expected, true),
            "Profiler: expected no other Profiler to be alive, but one is");
   g_by_shape = by_shape;
+  g_paused = false;
   reset();
 }
 
 Profiler::~Profiler() {
+  g_paused = false;
   g_active = false;
 }
 
@@ -292,10 +295,27 @@ void Profiler::reset() {
     rows().clear();
   }
   start_ = Clock::now();
+  paused_at_ = start_;
+  paused_for_ = {};
+}
+
+void Profiler::pause() {
+  if (paused_) return;
+  paused_ = true;
+  paused_at_ = Clock::now();
+  g_paused = true;
+}
+
+void Profiler::resume() {
+  if (!paused_) return;
+  paused_ = false;
+  paused_for_ += Clock::now() - paused_at_;
+  g_paused = false;
 }
 
 double Profiler::elapsed_seconds() const {
-  const std::chrono::duration<double> took = Clock::now() - start_;
+  const Clock::time_point now = paused_ ? paused_at_ : Clock::now();
+  const std::chrono::duration<double> took = now - start_ - paused_for_;
   return took.count();
 }
 

@@ -49,16 +49,24 @@ class Profiler {
 
   // Recorded rows, longest total time first.
   std::vector<OpProfile> ops() const;
-  // Wall time since construction (or the last reset()).
+  // Wall time since construction (or the last reset()), less the time spent paused.
   double elapsed_seconds() const;
-  // Forgets everything recorded so far and restarts the clock.
+  // Forgets everything recorded so far and restarts the clock (a paused Profiler stays paused).
   void reset();
+  // While paused, ops are not recorded and the clock stands still: a training loop leaves its
+  // evaluations and data preparation out of a profile of its steps. An op running on another
+  // thread when pause() is called still counts. Each is a no-op when already in that state.
+  void pause();
+  void resume();
+  bool paused() const { return paused_; }
   // The rows as a table with each op's share of the wall time, then the time outside the ops.
   // At most `rows` rows; the rest are summed into one line.
   std::string table(std::size_t rows = 20) const;
 
  private:
-  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point start_, paused_at_;
+  std::chrono::steady_clock::duration paused_for_{};  // paused since start_, up to paused_at_
+  bool paused_ = false;
 };
 
 namespace detail {

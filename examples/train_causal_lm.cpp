@@ -144,6 +144,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
       ->check(train::in_range(0, ByteTokenizer::vocab_size))
       ->capture_default_str();
   train::add_run_flags(app, o.run);
+  train::add_profile_flag(app, o.run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -235,11 +236,13 @@ int main(int argc, char** argv) {
 
     // --- The training loop: batch -> forward -> next-token loss -> backward -> clip -> step. ---
     const std::vector<Tensor> params = model->parameters();
+    train::StepProfile profile(o.run.profile);  // --profile N
     while (run.running()) {
       const nn::data::LoaderBatch order = loader.next();
       const NextToken batch = next_token_batch(train_chunks, order.indices);
       const Tensor inputs = batch.inputs.to(device), targets = batch.targets.to(device);
       run.start_step();
+      profile.step_started(run);
       const double lr = schedule.lr_at(run.step());
       optimizer.set_lr(lr);
       const Tensor logits = model->forward(inputs);  // [B, n, V]: position i predicts i + 1
@@ -255,6 +258,7 @@ int main(int argc, char** argv) {
                     .grad_norm = grad_norm,
                     .tokens = inputs.numel(),
                     .epoch = order.epoch});
+      profile.step_ended(run);
       if (run.evaluation_due()) {
         run.pause();
         const double val_loss = evaluate(*model, val_chunks, o.eval_sequences, o.run.batch, device);
@@ -265,6 +269,7 @@ int main(int argc, char** argv) {
       }
       run.log_and_checkpoint();
     }
+    profile.finish(run);
     run.finish();
     if (run.interrupted()) return run.exit_status();
     if (run.stopped_early()) {

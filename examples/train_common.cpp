@@ -145,12 +145,48 @@ void add_precision_flag(CLI::App& app, RunFlags& f) {
       ->capture_default_str();
 }
 
+void add_profile_flag(CLI::App& app, RunFlags& f) {
+  app.add_option("--profile", f.profile,
+                 "Time every op of this many training steps (after the first " +
+                     std::to_string(kProfileAfter) +
+                     " of the run) and print them by shape, with the time between ops; "
+                     "evaluations and batch preparation are left out")
+      ->check(non_negative())
+      ->capture_default_str();
+}
+
+void StepProfile::step_started(const nn::TrainingRun& run) {
+  if (profiler_) {
+    profiler_->resume();
+  } else if (steps_ > profiled_ && run.steps_this_run() == kProfileAfter) {
+    profiler_.emplace(/*by_shape=*/true);
+  }
+}
+
+void StepProfile::step_ended(nn::TrainingRun& run) {
+  if (!profiler_) return;
+  profiler_->pause();
+  if (++profiled_ == steps_) print(run);
+}
+
+void StepProfile::finish(nn::TrainingRun& run) {
+  if (profiler_) print(run);
+}
+
+void StepProfile::print(nn::TrainingRun& run) {
+  run.print("profile of " + std::to_string(profiled_) + " training steps (steps " +
+            std::to_string(run.step() - profiled_ + 1) + "-" + std::to_string(run.step()) +
+            "), each op's time by shape:\n" + profiler_->table(30));
+  profiler_ = std::nullopt;
+}
+
 void check_run_flags(const RunFlags& f) {
   auto need = [](bool ok, const std::string& message) {
     if (!ok) throw UsageError(message);
   };
   need(f.steps > 0, "--steps must be at least 1, got " + std::to_string(f.steps));
   need(f.batch > 0, "--batch must be at least 1, got " + std::to_string(f.batch));
+  need(f.profile >= 0, "--profile must be 0 or more steps, got " + std::to_string(f.profile));
   // The parser's checks say the same; these hold for RunFlags filled in by code too.
   need(std::isfinite(f.lr) && f.lr > 0, "--lr must be a finite number above 0");
   need(f.warmup >= 0, "--warmup must be 0 or more");

@@ -1,8 +1,8 @@
-// What the training programs (train_mlm, train_listops, and evaluate_checkpoint) share: the model
-// and training flags, the encoder configuration and the nn::TrainingRun options built from them,
-// as CLI11 options. What a program of any argument parser needs (flag checks, the device, error
-// reports) is in the library (nn/train/program.h). The training loops themselves stay in each
-// program's main, in plain sight.
+// What the training programs (train_mlm, train_listops, train_causal_lm and evaluate_checkpoint)
+// share: the model and training flags, the encoder configuration and the nn::TrainingRun options
+// built from them, as CLI11 options. What a program of any argument parser needs (flag checks, the
+// device, error reports) is in the library (nn/train/program.h). The training loops themselves stay
+// in each program's main, in plain sight.
 #pragma once
 
 #include <tinyformer/tinyformer.h>
@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -66,6 +67,7 @@ struct RunFlags {
   std::vector<std::string> compare;
   bool distributed = false;           // one process of an MPI job (mpirun -np N ... --distributed)
   std::string precision = "float32";  // float32 | bf16 (add_precision_flag)
+  std::int64_t profile = 0;           // steps to profile, 0: none (add_profile_flag)
 };
 
 // The library's checks of numeric flags (nn::flags) for CLI::Option::check, with messages such
@@ -80,6 +82,33 @@ void add_run_flags(CLI::App& app, RunFlags& flags);
 // --precision float32 | bf16: bf16 trains in mixed precision (nn::MixedPrecision,
 // docs/mixed_precision.md), for the programs whose loop implements it.
 void add_precision_flag(CLI::App& app, RunFlags& flags);
+// --profile N: the program times every op of N training steps under tinyformer::Profiler (by
+// shape) and prints the table (StepProfile, below).
+void add_profile_flag(CLI::App& app, RunFlags& flags);
+
+// The steps that --profile leaves out first: by then the allocator's caches and the libraries'
+// primitives are warm, so the table shows the steady state.
+inline constexpr std::int64_t kProfileAfter = 10;
+
+// --profile N in a training loop: every op of N steps after the run's first kProfileAfter, by
+// shape, under tinyformer::Profiler, which is paused between the steps so that batch
+// preparation and evaluations stay out of it; the table is printed above the progress bar.
+class StepProfile {
+ public:
+  explicit StepProfile(std::int64_t steps) : steps_(steps) {}
+  // After run.start_step().
+  void step_started(const nn::TrainingRun& run);
+  // After run.end_step(): prints the table after the last profiled step.
+  void step_ended(nn::TrainingRun& run);
+  // After the loop: prints what was profiled when the run ended before the last profiled step.
+  void finish(nn::TrainingRun& run);
+
+ private:
+  void print(nn::TrainingRun& run);
+
+  std::int64_t steps_, profiled_ = 0;
+  std::optional<Profiler> profiler_;
+};
 
 // The encoder configuration for sequences of up to `seq_len` tokens; throws UsageError for
 // values that do not fit together (heads not dividing d_model, k above the sequence length,

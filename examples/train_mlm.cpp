@@ -106,6 +106,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
   train::add_model_flags(app, o.model);
   train::add_run_flags(app, o.run);
   train::add_precision_flag(app, o.run);
+  train::add_profile_flag(app, o.run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -285,6 +286,7 @@ int main(int argc, char** argv) {
     // --precision bf16: bfloat16 copies of the (resumed) float32 weights, refreshed every step.
     std::optional<nn::MixedPrecision> mixed;
     if (o.run.precision == "bf16") mixed.emplace(*model);
+    train::StepProfile profile(o.run.profile);  // --profile N
     while (run.running()) {
       const nn::data::LoaderBatch order = loader.next();
       // Masks are drawn from (seed, epoch, example): a resumed run redraws them exactly.
@@ -294,6 +296,7 @@ int main(int argc, char** argv) {
       const Tensor labels = batch.labels.to(device);  // [B, n], kIgnore where not masked
 
       run.start_step();
+      profile.step_started(run);
       const double lr = schedule.lr_at(run.step());
       optimizer.set_lr(lr);
       Tensor loss;
@@ -318,6 +321,7 @@ int main(int argc, char** argv) {
                     .grad_norm = grad_norm,
                     .tokens = tokens.numel(),
                     .epoch = order.epoch});
+      profile.step_ended(run);
 
       if (run.evaluation_due()) {
         run.pause();
@@ -332,6 +336,7 @@ int main(int argc, char** argv) {
       }
       run.log_and_checkpoint();  // the CSV row (--log-every) and the checkpoint when due
     }
+    profile.finish(run);
     run.finish();  // saves the checkpoint
     // Ctrl-C or SIGTERM ended the loop after a step: saved; exit with 130 or 143.
     if (run.interrupted()) return run.exit_status();

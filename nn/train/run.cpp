@@ -341,6 +341,10 @@ void TrainingRun::report_evaluation(const std::vector<double>& values, const std
   progress_->resume();
 }
 
+void TrainingRun::print(const std::string& text) {
+  progress_->print(!text.empty() && text.back() == '\n' ? text.substr(0, text.size() - 1) : text);
+}
+
 void TrainingRun::write_row(double loss, double lr, double grad_norm,
                             const std::vector<double>& values) {
   std::vector<double> row = {static_cast<double>(step_), static_cast<double>(epoch_), loss, lr,

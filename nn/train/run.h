@@ -151,6 +151,8 @@ class TrainingRun {
   // Prints `line` above the progress bar, keeps `values` (one per eval column) for this
   // step's log row, and restarts the clock.
   void report_evaluation(const std::vector<double>& values, const std::string& line);
+  // Prints `text` (one line or several) above the progress bar.
+  void print(const std::string& text);
   // Writes this step's log row and saves a checkpoint when one is due.
   void log_and_checkpoint();
 

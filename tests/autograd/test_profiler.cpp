@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,59 @@ TEST_CASE("Profiler: only one at a time, and nothing is recorded without one") {
   tf::matmul(tf::randn({2, 2}), tf::randn({2, 2}));  // no profiler alive: nothing to record
   tf::Profiler again;                                // the first one's end freed the slot
   CHECK(again.ops().empty());
+}
+
+TEST_CASE("Profiler: ops run while paused are not recorded and their time is left out") {
+  const Tensor a = tf::randn({64, 64});
+  tf::Profiler profiler;
+  tf::matmul(a, a);
+  profiler.pause();
+  CHECK(profiler.paused());
+  profiler.pause();  // already paused: nothing changes
+  const double at_pause = profiler.elapsed_seconds();
+  // Work while paused: a second product and a wait, neither of which may count.
+  tf::matmul(a, a);
+  tf::relu(a);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  CHECK(profiler.elapsed_seconds() == at_pause);  // the clock stands still
+  profiler.resume();
+  CHECK_FALSE(profiler.paused());
+  profiler.resume();  // already running: nothing changes
+  tf::relu(a);
+  const auto rows = profiler.ops();
+  const tf::OpProfile* mm = find(rows, "matmul");
+  REQUIRE(mm != nullptr);
+  CHECK(mm->calls == 1);
+  const tf::OpProfile* relu = find(rows, "unary relu");
+  REQUIRE(relu != nullptr);
+  CHECK(relu->calls == 1);
+  CHECK(profiler.elapsed_seconds() < at_pause + 0.2);  // the 300 ms wait is not in it
+
+  // reset() while paused keeps it paused, with a clock at zero.
+  profiler.pause();
+  profiler.reset();
+  CHECK(profiler.paused());
+  CHECK(profiler.elapsed_seconds() == 0.0);
+  tf::matmul(a, a);
+  CHECK(profiler.ops().empty());
+  profiler.resume();
+  tf::matmul(a, a);
+  CHECK(profiler.ops().size() == 1);
+}
+
+TEST_CASE("Profiler: a paused one that ends frees the slot, and the next one records") {
+  {
+    tf::Profiler profiler;
+    profiler.pause();
+  }
+  const Tensor a = tf::randn({2, 2});
+  tf::Profiler next;
+  tf::matmul(a, a);
+  const auto rows = next.ops();
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].name == "matmul");
 }
 
 TEST_CASE("A linear layer's backward makes no copy: the weight gradient comes out contiguous") {

@@ -34,6 +34,25 @@ if(NOT EXISTS ${WORK_DIR}/run.safetensors)
 endif()
 file(SHA256 ${WORK_DIR}/run.safetensors checkpoint_hash)
 
+# --profile 3: the ops of steps 11-13 by shape, printed once; the evaluation after step 12 and
+# the other steps are left out (a product's calls are those of 3 steps).
+execute_process(COMMAND ${TRAIN_MLM} --data ${WORK_DIR}/tiny.txt ${small} --steps 15
+    --profile 3 --checkpoint none
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "train_mlm --profile failed (${rc}):\n${out}\n${err}")
+endif()
+string(REGEX MATCHALL "profile of 3 training steps \\(steps 11-13\\)" tables "${out}")
+list(LENGTH tables n_tables)
+if(NOT n_tables EQUAL 1 OR NOT out MATCHES "attention_backward" OR NOT out MATCHES "between ops")
+  message(FATAL_ERROR "train_mlm --profile 3: expected one profile of steps 11-13:\n${out}")
+endif()
+# The output layer's forward product (d_model 32 to 260 symbols, the tied embedding): one call
+# per step.
+if(NOT out MATCHES "matmul 1x\\[256x32\\]\\[32x260\\]\\^T +cpu +3 ")
+  message(FATAL_ERROR "train_mlm --profile 3: expected the output layer's 3 calls:\n${out}")
+endif()
+
 # Each bad input: a non-zero exit, exactly one line on stderr containing `expect`, and no log
 # written (the checkpoint above is left as it was).
 function(expect_failure name expect)
@@ -69,6 +88,8 @@ expect_failure(negative_lr "--lr: expected a value above 0, got -1" --data ${WOR
   ${small} --lr -1 --checkpoint none)
 expect_failure(negative_k "--k: expected a value above 0, got -3" --data ${WORK_DIR}/tiny.txt
   --seq-len 32 --batch 8 --layers 1 --d-model 32 --heads 2 --d-ff 64 --k -3 --checkpoint none)
+expect_failure(negative_profile "--profile: expected a value of 0 or more, got -2"
+  --data ${WORK_DIR}/tiny.txt ${small} --profile -2 --checkpoint none)
 expect_failure(infinite_clip "--clip: expected a finite number, got inf"
   --data ${WORK_DIR}/tiny.txt ${small} --clip inf --checkpoint none)
 expect_failure(nan_weight_decay "--weight-decay: expected a finite number, got nan"
