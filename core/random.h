@@ -15,26 +15,28 @@ namespace tinyformer {
 // Usable from host and device code alike.
 
 struct Philox {
-  TF_HOST_DEVICE static void round(std::uint32_t (&c)[4], const std::uint32_t (&k)[2]) {
-    const std::uint64_t p0 = static_cast<std::uint64_t>(0xD2511F53u) * c[0];
-    const std::uint64_t p1 = static_cast<std::uint64_t>(0xCD9E8D57u) * c[2];
-    const std::uint32_t c0 = static_cast<std::uint32_t>(p1 >> 32) ^ c[1] ^ k[0];
-    const std::uint32_t c2 = static_cast<std::uint32_t>(p0 >> 32) ^ c[3] ^ k[1];
-    c[1] = static_cast<std::uint32_t>(p1);
-    c[3] = static_cast<std::uint32_t>(p0);
-    c[0] = c0;
-    c[2] = c2;
+  // One round on one counter's four words under the key (k0, k1).
+  TF_HOST_DEVICE static void round(std::uint32_t& c0, std::uint32_t& c1, std::uint32_t& c2,
+                                   std::uint32_t& c3, std::uint32_t k0, std::uint32_t k1) {
+    const std::uint64_t p0 = static_cast<std::uint64_t>(0xD2511F53u) * c0;
+    const std::uint64_t p1 = static_cast<std::uint64_t>(0xCD9E8D57u) * c2;
+    c0 = static_cast<std::uint32_t>(p1 >> 32) ^ c1 ^ k0;
+    c2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3 ^ k1;
+    c1 = static_cast<std::uint32_t>(p1);
+    c3 = static_cast<std::uint32_t>(p0);
   }
+  static constexpr std::uint32_t kKeyStep0 = 0x9E3779B9u, kKeyStep1 = 0xBB67AE85u;
   // Four 32-bit random words for counter `counter` under key `seed`.
   TF_HOST_DEVICE static void generate(std::uint64_t seed, std::uint64_t counter,
                                       std::uint32_t (&out)[4]) {
     std::uint32_t c[4] = {static_cast<std::uint32_t>(counter),
                           static_cast<std::uint32_t>(counter >> 32), 0u, 0u};
-    std::uint32_t k[2] = {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
+    std::uint32_t k0 = static_cast<std::uint32_t>(seed),
+                  k1 = static_cast<std::uint32_t>(seed >> 32);
     for (int r = 0; r < 10; ++r) {
-      round(c, k);
-      k[0] += 0x9E3779B9u;
-      k[1] += 0xBB67AE85u;
+      round(c[0], c[1], c[2], c[3], k0, k1);
+      k0 += kKeyStep0;
+      k1 += kKeyStep1;
     }
     for (int i = 0; i < 4; ++i) out[i] = c[i];
   }

@@ -2,7 +2,9 @@
 // GPU) over the stream's counters, one contiguous range of elements per thread. Element i of a
 // draw depends only on (seed, offset + i): never on the thread count, and drawing [0, n) at once
 // equals drawing [0, k) and then [k, n) with the offset advanced by k.
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "backends/cpu/cpu_backend.h"
@@ -16,8 +18,32 @@ namespace {
 template <typename T>
 using Rounding = HostRounding<T>;
 
+// Philox::generate for the kBlock consecutive counters from `first`, word j of counter first + i
+// in words[j][i]: the same words, with the rounds of the counters side by side in vector lanes
+// (kBlock = 16: one 512-bit vector of each word, two 256-bit ones).
+constexpr int kBlock = 16;
+void philox_block(std::uint64_t seed, std::uint64_t first, std::uint32_t (&words)[4][kBlock]) {
+  for (int i = 0; i < kBlock; ++i) {
+    const std::uint64_t counter = first + static_cast<std::uint64_t>(i);
+    words[0][i] = static_cast<std::uint32_t>(counter);
+    words[1][i] = static_cast<std::uint32_t>(counter >> 32);
+    words[2][i] = 0u;
+    words[3][i] = 0u;
+  }
+  std::uint32_t k0 = static_cast<std::uint32_t>(seed), k1 = static_cast<std::uint32_t>(seed >> 32);
+  for (int r = 0; r < 10; ++r) {
+#pragma omp simd
+    for (int i = 0; i < kBlock; ++i) {
+      Philox::round(words[0][i], words[1][i], words[2][i], words[3][i], k0, k1);
+    }
+    k0 += Philox::kKeyStep0;
+    k1 += Philox::kKeyStep1;
+  }
+}
+
 // Writes out[i] = stream element offset + i for i in [0, n), out contiguous: each thread walks
-// the counters of its range and keeps the values that fall inside it.
+// the counters of its range, kBlock at a time (their Philox rounds side by side in vector
+// lanes), and keeps the values that fall inside it.
 template <typename T, typename Sampler>
 void draw(const Tensor& out, std::uint64_t seed, std::uint64_t offset, const Sampler& sampler) {
   constexpr std::uint64_t K = Sampler::K;
@@ -30,12 +56,22 @@ void draw(const Tensor& out, std::uint64_t seed, std::uint64_t offset, const Sam
       [&](std::int64_t begin, std::int64_t end) {
         const std::uint64_t first = offset + static_cast<std::uint64_t>(begin);
         const std::uint64_t last = offset + static_cast<std::uint64_t>(end);
-        for (std::uint64_t counter = first / K; counter * K < last; ++counter) {
-          T v[K];
-          sample_counter(sampler, seed, counter, v);
-          for (std::uint64_t j = 0; j < K; ++j) {
-            const std::uint64_t g = counter * K + j;
-            if (g >= first && g < last) o[g - offset] = v[j];
+        for (std::uint64_t block = first / K; block * K < last; block += kBlock) {
+          std::uint32_t words[4][kBlock];
+          philox_block(seed, block, words);
+          T v[kBlock][K];
+#pragma omp simd
+          for (int i = 0; i < kBlock; ++i) {
+            const std::uint32_t w[4] = {words[0][i], words[1][i], words[2][i], words[3][i]};
+            sampler(w, v[i]);
+          }
+          const std::uint64_t g0 = block * K, g1 = g0 + kBlock * K;
+          if (g0 >= first && g1 <= last) {  // the whole block is in range: one contiguous run
+            std::memcpy(o + (g0 - offset), v, sizeof v);
+            continue;
+          }
+          for (std::uint64_t g = std::max(g0, first); g < std::min(g1, last); ++g) {
+            o[g - offset] = v[(g - g0) / K][(g - g0) % K];
           }
         }
       },

@@ -186,7 +186,8 @@ struct RowReader {
   const T* block(std::int64_t j, std::int64_t m) {
     if (stride == 1) return ptr + j;
     if (stride == 0) {
-      if (!filled) std::fill(buffer, buffer + kBlock, ptr[0]);
+      // A row's first block is its longest: filling its m elements serves the later ones.
+      if (!filled) std::fill(buffer, buffer + m, ptr[0]);
       filled = true;
     } else {
       for (std::int64_t i = 0; i < m; ++i) buffer[i] = ptr[(j + i) * stride];
