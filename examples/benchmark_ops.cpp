@@ -446,6 +446,18 @@ void bench_copy() {
   print_row(merge);
 }
 
+// --- random draws: dropout's Bernoulli mask, against a oneDNN reorder that writes as many bytes
+// (and reads them too): what the mask would cost if drawing the numbers were free ---
+void bench_random() {
+  const std::int64_t n = std::int64_t{1} << 22;
+  Tensor mask = empty({n}), source = random_f32({n});
+  Row row{"random bernoulli", "[4194304] float32", "GB/s", 4.0 * static_cast<double>(n)};
+  row.ours = [&] { cpu().random(mask, RandomKind::bernoulli, 7, 0, 0.9, 0.0); };
+  dnnl::memory src = mem(source), dst = mem(mask);
+  row.dnnl = RawPrimitive{dnnl::reorder(src, dst), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}};
+  print_row(row);
+}
+
 // What a parallel region costs when it follows 5 us of work on the calling thread alone, as an
 // op's pass follows the bookkeeping of the op before it: a region with nothing to do and copies
 // split over the team, against the same copies on the calling thread (docs/threading.md; run
@@ -601,6 +613,7 @@ int main(int argc, char** argv) {
     bench_elementwise(16 * 1024 * 1024 / (d * d));
     bench_reduce();
     bench_copy();
+    bench_random();
     bench_team_wakeup();
     bench_fma_peak(tiny);
   } catch (const std::exception& e) {
