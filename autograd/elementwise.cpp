@@ -186,10 +186,13 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
         .where(raw::expand(cond, shape, "where"), raw::expand(a, shape, "where"),
                raw::expand(b, shape, "where"), out);
   }
+  // Only the inputs that require a gradient get one: masked_fill's value, a constant, gets none.
   Tensor c = save(cond);
-  return record("where", out, {a, b}, [c](const Tensor& g) {
+  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  return record("where", out, {a, b}, [c, ga, gb](const Tensor& g) {
     Tensor zero = scalar_like(g, 0.0);
-    return std::vector<Tensor>{where(c, g, zero), where(c, zero, g)};
+    return std::vector<Tensor>{ga ? where(c, g, zero) : Tensor(),
+                               gb ? where(c, zero, g) : Tensor()};
   });
 }
 

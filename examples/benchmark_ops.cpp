@@ -446,6 +446,28 @@ void bench_copy() {
   print_row(merge);
 }
 
+// --- a masked fill: Linformer's padded key rows set to 0 (train_listops: keys [32, 400, 64] and
+// a mask per row), against a oneDNN reorder that reads and writes as many floats ---
+void bench_where() {
+  const std::int64_t b = 32, n = 400, d = 64;
+  const Tensor x = random_f32({b, n, d});
+  Tensor rows = empty({b, n, 1}, {.dtype = DType::boolean});
+  for (std::int64_t i = 0; i < b * n; ++i) rows.data<bool>()[i] = i % 5 == 0;
+  const Tensor zero = scalar_tensor(0.0);
+  const Tensor cond = rows.expand({b, n, d}), fill = zero.reshape({1, 1, 1}).expand({b, n, d});
+  Tensor out = empty({b, n, d});
+  Row row{"where, a mask per row", "[32x400x64] by [32x400x1]", "GB/s",
+          2.0 * 4 * static_cast<double>(x.numel())};
+  row.ours = [&] { cpu().where(cond, fill, x, out); };
+  row.ours_public = [&] {
+    NoGradGuard no_grad;
+    Tensor r = masked_fill(x, rows, 0.0);
+  };
+  dnnl::memory src = mem(x), dst = mem(out);
+  row.dnnl = RawPrimitive{dnnl::reorder(src, dst), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}};
+  print_row(row);
+}
+
 // --- random draws: dropout's Bernoulli mask, against a oneDNN reorder that writes as many bytes
 // (and reads them too): what the mask would cost if drawing the numbers were free ---
 void bench_random() {
@@ -613,6 +635,7 @@ int main(int argc, char** argv) {
     bench_elementwise(16 * 1024 * 1024 / (d * d));
     bench_reduce();
     bench_copy();
+    bench_where();
     bench_random();
     bench_team_wakeup();
     bench_fma_peak(tiny);

@@ -100,16 +100,18 @@ Tensor LinformerAttention::forward(const Tensor& x, const Tensor& key_padding_ma
            "mixes all n positions, so every query would see the future through them. Use "
            "MultiHeadAttention for causal (decoder) attention");
   check_input(x, key_padding_mask, "LinformerAttention");
-  Tensor query = split_heads(q_proj->forward(x));  // [B, H, n, d_head]
-  Tensor key = split_heads(k_proj->forward(x));
-  Tensor value = split_heads(v_proj->forward(x));
+  Tensor query = split_heads(q_proj->forward(x));               // [B, H, n, d_head]
+  Tensor key = k_proj->forward(x), value = v_proj->forward(x);  // [B, n, d_model]
   if (key_padding_mask.defined()) {
     // Zero the padded rows before projecting, so no padded key or value reaches the compressed
-    // rows (and no projection may add a bias, for the same reason).
-    Tensor padded_rows = key_padding_mask.view({x.size(0), 1, x.size(1), 1});
+    // rows (and no projection may add a bias, for the same reason). Before the heads split, so
+    // that the fill runs over contiguous rows of d_model.
+    Tensor padded_rows = key_padding_mask.view({x.size(0), x.size(1), 1});
     key = masked_fill(key, padded_rows, 0.0);
     value = masked_fill(value, padded_rows, 0.0);
   }
+  key = split_heads(key);
+  value = split_heads(value);
   // [B, H, k, d_head] each, with the summary rows that cover no real position.
   Projected key_compressed = key_projection->project(key, key_padding_mask);
   Projected value_compressed = value_projection->project(value, key_padding_mask);

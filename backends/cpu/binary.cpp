@@ -1,8 +1,8 @@
 // Elementwise functions of two tensors on the CPU (arithmetic, maximum/minimum, comparisons)
 // and where(): one generic loop over the op's functor from core/binary_math.h. Inputs arrive
-// already broadcast to the output's shape as stride-0 views; map() (strided.h) stages those through
-// contiguous blocks, so a bias add or a multiply by a scalar runs the same vectorized loop as two
-// contiguous tensors.
+// already broadcast to the output's shape as stride-0 views; map() (strided.h) reads an input that
+// is constant along the rows (a scalar, a row's mask) once per row, so a bias add, a multiply by a
+// scalar or a masked fill runs a vectorized loop as two contiguous tensors do.
 #include <atomic>
 #include <cstdint>
 #include <type_traits>

@@ -4,9 +4,10 @@
 // map() first coalesces the operands' dims (size-1 dims dropped, neighbours that every operand
 // walks contiguously merged into one), so most views reduce to one or two dims. When every
 // operand is contiguous the loop is a plain `o[i] = f(a[i], b[i])` over pointers, which the
-// compiler vectorizes; otherwise it walks the innermost dim row by row, staging strided and
-// broadcast (stride-0) operands through small contiguous blocks so that the same vectorized loop
-// does the arithmetic.
+// compiler vectorizes; otherwise it walks the innermost dim row by row. Inputs that are constant
+// along a row (stride 0 there: a row's mask, a scalar) are read once per row by a loop compiled
+// for that pattern; strided operands are staged through small contiguous blocks so that the same
+// vectorized loop does the arithmetic.
 #pragma once
 
 #include <omp.h>
@@ -168,10 +169,31 @@ inline constexpr std::int64_t kBlock = 256;  // elements staged at a time (a few
 // use each of those lines whole before moving on.
 inline constexpr std::int64_t kTileRows = 64, kTileCols = 16;
 
-// The loop every map() ends in: unit strides only, so the compiler vectorizes it.
-template <typename Out, typename... In, typename F>
-inline void apply_contiguous(F& f, Out* out, std::int64_t n, const In*... in) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = f(in[i]...);
+// The loop every map() ends in: out[i] = f(in_k[i]...) with unit strides, which the compiler
+// vectorizes, except that the inputs marked in kConstant are constant along the row (a row's
+// mask or scale, a scalar: stride 0 there), read once as in_k[0] (bit k: input k).
+template <unsigned kConstant = 0, typename Out, typename... In, typename F>
+inline void apply_row(F& f, Out* out, std::int64_t n, const In*... in) {
+  if (n <= 0) return;
+  const std::tuple<In...> first{*in...};
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      out[i] = f(((kConstant >> I) & 1u ? std::get<I>(first) : in[i])...);
+    }
+  }
+  (std::index_sequence_for<In...>{});
+}
+
+// Calls g(std::integral_constant<unsigned, mask>) for the runtime `mask` < 2^N - 1: a pattern of
+// constant inputs with at least one input that is not (all of them constant is a rare case,
+// left to the staged loop rather than compiled once more for every op).
+template <std::size_t N, typename G>
+inline void with_mask(unsigned mask, G&& g) {
+  [&]<unsigned... M>(std::integer_sequence<unsigned, M...>) {
+    static_cast<void>(
+        ((mask == M ? (g(std::integral_constant<unsigned, M>{}), true) : false) || ...));
+  }
+  (std::make_integer_sequence<unsigned, (1u << N) - 1>{});
 }
 
 // Reads one operand along a row in blocks: a unit-stride operand is used in place, a strided
@@ -209,7 +231,7 @@ void map_row(F& f, std::int64_t len, Out* out, std::int64_t out_stride,
   for (std::int64_t j = 0; j < len; j += kBlock) {
     const std::int64_t m = std::min(kBlock, len - j);
     Out* dst = out_stride == 1 ? out + j : staged;
-    std::apply([&](auto&... r) { apply_contiguous(f, dst, m, r.block(j, m)...); }, readers);
+    std::apply([&](auto&... r) { apply_row(f, dst, m, r.block(j, m)...); }, readers);
     if (out_stride != 1) {
       for (std::int64_t i = 0; i < m; ++i) out[(j + i) * out_stride] = staged[i];
     }
@@ -228,7 +250,7 @@ void map_impl(F& f, const Tensor& out, const std::array<Tensor, sizeof...(In)>& 
     parallel_for(
         n,
         [&](std::int64_t begin, std::int64_t end) {
-          apply_contiguous(f, o + begin, end - begin, (std::get<I>(p) + begin)...);
+          apply_row(f, o + begin, end - begin, (std::get<I>(p) + begin)...);
         },
         1, cost);
     return;
@@ -263,21 +285,31 @@ void map_impl(F& f, const Tensor& out, const std::array<Tensor, sizeof...(In)>& 
         kTileRows * kTileCols, cost);
     return;
   }
-  // Rows that every operand walks with unit stride (a permuted copy that keeps the last dim,
-  // a bias add) go straight to the vectorized loop.
-  bool unit_rows = true;
-  for (std::size_t k = 0; k <= sizeof...(In); ++k)
-    unit_rows = unit_rows && layout.inner_stride(k) == 1;
-  if (unit_rows) {
-    parallel_for(
-        n,
-        [&](std::int64_t begin, std::int64_t end) {
-          for_each_row<sizeof...(In) + 1>(
-              layout, begin, end, [&](const std::int64_t* at, std::int64_t len) {
-                apply_contiguous(f, o + at[0], len, (std::get<I>(p) + at[I + 1])...);
-              });
-        },
-        1, cost);
+  // Rows that every operand walks with unit stride (a permuted copy that keeps the last dim, a
+  // bias add), or along which some inputs are constant (a mask or a scale per row, a scalar),
+  // go straight to a vectorized loop that reads each constant input once per row.
+  bool unit_rows = layout.inner_stride(0) == 1;
+  unsigned constant = 0;  // bit k: input k has stride 0 along the rows
+  for (std::size_t k = 0; k < sizeof...(In); ++k) {
+    const std::int64_t stride = layout.inner_stride(k + 1);
+    unit_rows = unit_rows && (stride == 1 || stride == 0);
+    if (stride == 0) constant |= 1u << k;
+  }
+  if (unit_rows && constant != (1u << sizeof...(In)) - 1) {
+    // One walk compiled per pattern of constant inputs, so that a short row (a head's 16 floats)
+    // costs no choice of loop.
+    with_mask<sizeof...(In)>(constant, [&](auto mask) {
+      parallel_for(
+          n,
+          [&](std::int64_t begin, std::int64_t end) {
+            for_each_row<sizeof...(In) + 1>(
+                layout, begin, end, [&](const std::int64_t* at, std::int64_t len) {
+                  apply_row<decltype(mask)::value>(f, o + at[0], len,
+                                                   (std::get<I>(p) + at[I + 1])...);
+                });
+          },
+          1, cost);
+    });
     return;
   }
   parallel_for(

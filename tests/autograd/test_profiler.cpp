@@ -57,6 +57,21 @@ TEST_CASE("Profiler counts the ops of a forward and backward, with the products'
   CHECK(profiler.ops().empty());
 }
 
+TEST_CASE("masked_fill's backward runs one where, for the input that needs a gradient") {
+  Tensor x = tf::randn({4, 6, 8}, {tf::DType::float64});
+  x.requires_grad_(true);
+  const Tensor rows = tf::from<bool>({true, false, false, true, false, true}, {1, 6, 1});
+  tf::Profiler profiler;
+  Tensor y = tf::masked_fill(x, rows, 0.0);
+  tf::sum(y * y).backward();
+  const tf::OpProfile* where = find(profiler.ops(), "where");
+  REQUIRE(where != nullptr);
+  CHECK(where->calls == 2);  // forward, and the gradient of x only: the fill value is a constant
+  // The gradient itself: 2 x where the row is kept, 0 where it was filled.
+  const Tensor want = tf::where(rows, tf::zeros({4, 6, 8}, {tf::DType::float64}), x.detach() * 2.0);
+  CHECK(tf::max(tf::abs(x.grad() - want)).item<double>() == 0.0);
+}
+
 TEST_CASE("Profiler by shape keys each product by its shape and transposed operands") {
   const Tensor a = tf::randn({6, 3});
   const Tensor b = tf::randn({6, 2});

@@ -14,6 +14,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/reference/reference_backend.h"
@@ -113,9 +114,9 @@ Tensor tensor_of(const std::vector<double>& v, const Shape& shape, DType dtype) 
   return {};
 }
 
-enum class Layout { contiguous, transposed, sliced, broadcast };
+enum class Layout { contiguous, transposed, sliced, broadcast, per_row, scalar };
 const char* layout_name(Layout l) {
-  const char* names[] = {"contiguous", "transposed", "sliced", "broadcast"};
+  const char* names[] = {"contiguous", "transposed", "sliced", "broadcast", "per_row", "scalar"};
   return names[static_cast<int>(l)];
 }
 constexpr Layout kLayouts[] = {Layout::contiguous, Layout::transposed, Layout::sliced,
@@ -123,7 +124,9 @@ constexpr Layout kLayouts[] = {Layout::contiguous, Layout::transposed, Layout::s
 
 // A view of `shape` laid out as `layout` over a storage of pseudo-random values in [lo, hi):
 // transposed reverses the dims of a contiguous base, sliced takes every other element of the
-// last dim from offset (1, ..., 1) of a larger base, broadcast repeats one slice along dim 0.
+// last dim from offset (1, ..., 1) of a larger base, broadcast repeats one slice along dim 0,
+// per_row one value along the last dim (a [..., 1] tensor expanded: a row's mask or scale), scalar
+// one value everywhere. kLayouts: the four that every test walks.
 Tensor make_view(const Shape& shape, Layout layout, DType dtype, std::uint64_t seed, double lo,
                  double hi, double quantum = 0) {
   const auto fresh = [&](const Shape& s) {
@@ -155,6 +158,16 @@ Tensor make_view(const Shape& shape, Layout layout, DType dtype, std::uint64_t s
       strides[0] = 0;
       return raw::as_strided(base, shape, strides, 0);
     }
+    case Layout::per_row: {
+      Shape small = shape;
+      small.back() = 1;
+      Tensor base = fresh(small);
+      Shape strides = base.strides();
+      strides.back() = 0;
+      return raw::as_strided(base, shape, strides, 0);
+    }
+    case Layout::scalar:
+      return raw::as_strided(fresh({1}), shape, Shape(shape.size(), 0), 0);
   }
   return {};
 }
@@ -504,10 +517,11 @@ TEST_CASE("cpu unary_backward needs the operand core/ops.def names") {
 // --- binary, where ---
 
 TEST_CASE("cpu binary matches the reference on every layout pair") {
-  const std::pair<Layout, Layout> pairs[] = {{Layout::contiguous, Layout::contiguous},
-                                             {Layout::transposed, Layout::sliced},
-                                             {Layout::contiguous, Layout::broadcast},
-                                             {Layout::broadcast, Layout::transposed}};
+  const std::pair<Layout, Layout> pairs[] = {
+      {Layout::contiguous, Layout::contiguous}, {Layout::transposed, Layout::sliced},
+      {Layout::contiguous, Layout::broadcast},  {Layout::broadcast, Layout::transposed},
+      {Layout::per_row, Layout::contiguous},    {Layout::contiguous, Layout::scalar},
+      {Layout::scalar, Layout::per_row},        {Layout::per_row, Layout::sliced}};
   for (BinaryOp op : binary_ops) {
     for (DType dtype : {DType::float32, DType::float64, DType::int64}) {
       for (const Shape& shape : kShapes) {
@@ -525,7 +539,7 @@ TEST_CASE("cpu binary matches the reference on every layout pair") {
           Tensor b = make_view(shape, lb, dtype, 12, 1, 5, q);
           if (op == BinaryOp::sub || op == BinaryOp::lt)
             b = make_view(shape, lb, dtype, 13, -4, 4, q);
-          if (op == BinaryOp::div && lb != Layout::broadcast) {
+          if (op == BinaryOp::div) {
             b = make_view(shape, lb, dtype, 14, 1, 5, q);  // positive divisors
           }
           Tensor out = empty(shape, {.dtype = is_comparison(op) ? DType::boolean : dtype});
@@ -578,13 +592,25 @@ TEST_CASE("cpu binary: scalar broadcast, NaN, bool comparisons and errors") {
 TEST_CASE("cpu where picks a or b by a broadcast condition") {
   for (DType dtype : {DType::float32, DType::float64, DType::int64, DType::boolean}) {
     for (const Shape& shape : kShapes) {
-      for (Layout lc : {Layout::contiguous, Layout::broadcast, Layout::sliced}) {
+      // The condition in every layout against values strided and broadcast, then a masked fill
+      // as models run it: a condition per row, a scalar and a contiguous tensor, either way round.
+      const std::tuple<Layout, Layout, Layout> cases[] = {
+          {Layout::contiguous, Layout::transposed, Layout::broadcast},
+          {Layout::broadcast, Layout::transposed, Layout::broadcast},
+          {Layout::sliced, Layout::transposed, Layout::broadcast},
+          {Layout::per_row, Layout::scalar, Layout::contiguous},
+          {Layout::per_row, Layout::contiguous, Layout::scalar},
+          {Layout::scalar, Layout::per_row, Layout::contiguous},
+          {Layout::per_row, Layout::per_row, Layout::sliced}};
+      for (auto [lc, la, lb] : cases) {
         CAPTURE(dtype);
         CAPTURE(shape_str(shape));
         CAPTURE(layout_name(lc));
+        CAPTURE(layout_name(la));
+        CAPTURE(layout_name(lb));
         Tensor cond = make_view(shape, lc, DType::boolean, 21, 0, 2, 1);
-        Tensor a = make_view(shape, Layout::transposed, dtype, 22, -3, 3, 1);
-        Tensor b = make_view(shape, Layout::broadcast, dtype, 23, -3, 3, 1);
+        Tensor a = make_view(shape, la, dtype, 22, -3, 3, 1);
+        Tensor b = make_view(shape, lb, dtype, 23, -3, 3, 1);
         Tensor out = empty(shape, {.dtype = dtype});
         cpu().where(cond, a, b, out);
         const Tensor want = empty(shape, {.dtype = dtype});
