@@ -64,7 +64,8 @@ TEST_CASE("masked_fill's backward runs one where, for the input that needs a gra
   tf::Profiler profiler;
   Tensor y = tf::masked_fill(x, rows, 0.0);
   tf::sum(y * y).backward();
-  const tf::OpProfile* where = find(profiler.ops(), "where");
+  const auto rows_profiled = profiler.ops();
+  const tf::OpProfile* where = find(rows_profiled, "where");
   REQUIRE(where != nullptr);
   CHECK(where->calls == 2);  // forward, and the gradient of x only: the fill value is a constant
   // The gradient itself: 2 x where the row is kept, 0 where it was filled.
