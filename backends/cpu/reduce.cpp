@@ -8,9 +8,8 @@
 //    and which also keep the rounding error of long float sums small;
 //  - outer: when the kept dims are the contiguous ones (x.sum(0) of [N, D], a bias gradient),
 //    each step adds a whole contiguous row into a tile of up to 256 accumulators, so memory is
-//    read in order and the adds vectorize across outputs. Lines of up to 256 outputs over one
-//    run of reduced rows (pooling windows) are walked by for_each_row, line after line, without
-//    the general loop's bookkeeping per item.
+//    read in order and the adds vectorize across outputs. Lines of up to 256 outputs (pooling
+//    windows: 16) are walked by for_each_row, line after line, without per-item bookkeeping.
 // float32 sums accumulate in double. With few outputs and a long reduction, the reduced range
 // is cut into fixed blocks whose partial results are combined in order; the cut depends only on
 // the shapes, never on the thread count, so results are the same on any number of threads.
@@ -209,25 +208,17 @@ class Reduction {
       const std::int64_t part = i % per_line;
       return std::pair{i / per_line * line + part * width, std::min(width, line - part * width)};
     };
-    if (outer_ && blocks == 1 && per_line == 1 && red_.sizes.size() == 1) {
-      // Short lines over one run of reduced rows (Linformer's pooling windows: lines of a head's
-      // 16 floats, 4 rows each): the kept layout walked line by line by for_each_row, with no
-      // per-item bookkeeping. The same sums in the same order as the general loop below.
-      const std::int64_t step = red_.inner_stride(0);
+    if (outer_ && blocks == 1 && per_line == 1) {
+      // Whole lines of outputs, one item each (Linformer's pooling windows: lines of a head's
+      // 16 floats, 4 rows each): the kept layout walked line by line by for_each_row, without
+      // the per-item bookkeeping of the loop below (whose items can be parts of lines or blocks).
       parallel_for(
           n_out_ / line,
           [&](std::int64_t begin, std::int64_t end) {
             A acc[kTile];
             for_each_row<2>(kept_, begin * line, end * line,
                             [&](const std::int64_t* at, std::int64_t len) {
-                              std::fill(acc, acc + len, Op::template identity<A>());
-                              const T* p = x_ + at[0];
-                              for (std::int64_t j = 0; j < n_red_; ++j, p += step) {
-#pragma omp simd
-                                for (std::int64_t k = 0; k < len; ++k) {
-                                  acc[k] = Op::step(acc[k], p[k]);
-                                }
-                              }
+                              accumulate(at[0], len, 0, n_red_, acc);
                               write(at[1], len, acc);
                             });
           },
