@@ -619,6 +619,27 @@ TEST_CASE("cpu where picks a or b by a broadcast condition") {
       }
     }
   }
+  // Linformer's backward: the heads' view [B, H, n, d] of a [B, n, H, d] gradient (rows of d, the
+  // rows of a plane not adjacent), a condition per (B, n) and a scalar, either way round.
+  for (DType dtype : {DType::float32, DType::float64}) {
+    const Shape shape{3, 4, 5, 16};
+    Tensor bnhd = make_view({3, 5, 4, 16}, Layout::contiguous, dtype, 24, -3, 3, 1);
+    Tensor heads = bnhd.permute({0, 2, 1, 3});
+    Tensor rows = make_view({3, 1, 5, 1}, Layout::contiguous, DType::boolean, 25, 0, 2, 1);
+    Tensor cond = rows.expand(shape);
+    Tensor fill = make_view(shape, Layout::scalar, dtype, 26, -3, 3, 1);
+    for (bool fill_first : {true, false}) {
+      CAPTURE(dtype);
+      CAPTURE(fill_first);
+      const Tensor& a = fill_first ? fill : heads;
+      const Tensor& b = fill_first ? heads : fill;
+      Tensor out = empty(shape, {.dtype = dtype});
+      cpu().where(cond, a, b, out);
+      const Tensor want = empty(shape, {.dtype = dtype});
+      ref().where(cond, a, b, want);
+      check_close(values(out), values(want), {0, 0});
+    }
+  }
   CHECK(contains(error_of([] { cpu().where(empty({2}), empty({2}), empty({2}), empty({2})); }),
                  "where"));
 }
