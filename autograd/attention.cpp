@@ -207,9 +207,8 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
       keep = empty(p.shape(), {.dtype = p.dtype(), .device = p.device()});
       const auto [seed, offset] = gen.reserve(static_cast<std::uint64_t>(keep.numel()));
       backend(p.device())
-          .random(keep, RandomKind::bernoulli, seed, offset, 1.0 - options.dropout, 0.0);
-      keep = mul(keep, scalar_tensor(1.0 / (1.0 - options.dropout),
-                                     {.dtype = p.dtype(), .device = p.device()}));
+          .random(keep, RandomKind::scaled_bernoulli, seed, offset, 1.0 - options.dropout,
+                  1.0 / (1.0 - options.dropout));
       pd = mul(p, keep);
     }
     out = matmul_like(pd, value, query);  // [..., n, dv], laid out like the query

@@ -66,11 +66,13 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   if (!training || p == 0.0) return x;
   Generator& gen = generator != nullptr ? *generator : default_generator();
   const auto [seed, offset] = gen.reserve(static_cast<std::uint64_t>(x.numel()));
+  // The mask holds 1 / (1 - p) where it keeps (one draw, no pass to scale it).
   Tensor mask = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   if (mask.numel() > 0) {
-    backend(x.device()).random(mask, RandomKind::bernoulli, seed, offset, 1.0 - p, 0.0);
+    backend(x.device())
+        .random(mask, RandomKind::scaled_bernoulli, seed, offset, 1.0 - p, 1.0 / (1.0 - p));
   }
-  return x * (mask * (1.0 / (1.0 - p)));
+  return x * mask;
 }
 
 }  // namespace tinyformer

@@ -817,4 +817,9 @@ void check_target_values_in_host_memory(const char* op, const Tensor& target, st
   }
 }
 
+void check_scaled_bernoulli_args(double a, double b) {
+  TF_CHECK(a >= 0 && a <= 1, "random: scaled_bernoulli expects a probability a in [0, 1], got ", a);
+  TF_CHECK(std::isfinite(b), "random: scaled_bernoulli expects a finite value b, got ", b);
+}
+
 }  // namespace tinyformer

@@ -137,6 +137,11 @@ void check_nll_loss_args(const Tensor& log_probs, const Tensor& target, const Te
 void check_nll_loss_backward_args(const Tensor& grad_loss, const Tensor& target, const Tensor& out,
                                   const Backend& backend);
 
+// --- random ---
+
+// RandomKind::scaled_bernoulli's scalars: a probability a in [0, 1] and a finite value b.
+void check_scaled_bernoulli_args(double a, double b);
+
 // The errors for a bad value: index `value` at `position` outside [0, rows); target `value` of
 // row `row` outside [0, classes) and not ignore_index.
 [[noreturn]] void fail_index_out_of_range(const char* op, std::int64_t value, std::int64_t position,

@@ -118,7 +118,9 @@ const char* reduce_name(ReduceOp op);
 
 enum class PoolKind : int { average, max };
 
-// normal(mean a, std b), uniform [a, b), bernoulli (1 with probability a, written as 0/1).
-enum class RandomKind : int { normal, uniform, bernoulli };
+// normal(mean a, std b), uniform [a, b), bernoulli (1 with probability a, written as 0/1),
+// scaled_bernoulli (b with probability a, else 0; floating dtypes: dropout's mask with its scale
+// 1 / (1 - p) in the one pass that draws it).
+enum class RandomKind : int { normal, uniform, bernoulli, scaled_bernoulli };
 
 }  // namespace tinyformer

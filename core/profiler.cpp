@@ -61,6 +61,8 @@ const char* random_name(RandomKind kind) {
       return "uniform";
     case RandomKind::bernoulli:
       return "bernoulli";
+    case RandomKind::scaled_bernoulli:
+      return "scaled_bernoulli";
   }
   return "?";
 }

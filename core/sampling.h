@@ -67,16 +67,20 @@ struct UniformSampler {
   }
 };
 
-// 1 where the word, read as a uniform in [0, 2^32), falls below p 2^32; else 0.
+// `success` (1 for bernoulli, b rounded to T for scaled_bernoulli, once by the caller) where the
+// word, read as a uniform in [0, 2^32), falls below p 2^32; else 0. The same words decide both
+// kinds, so a scaled draw is the 0/1 draw of the same seed and offset times b rounded.
 template <typename T, typename R>
 struct BernoulliSampler {
   static constexpr int K = 4;
   std::uint64_t threshold;
+  T success = R::round(1.0);
   static std::uint64_t threshold_for(double p) {
     return static_cast<std::uint64_t>(p * 4294967296.0);
   }
   TF_HOST_DEVICE void operator()(const std::uint32_t (&w)[4], T (&v)[K]) const {
-    for (int j = 0; j < 4; ++j) v[j] = R::round(w[j] < threshold ? 1.0 : 0.0);
+    const T zero = R::round(0.0);
+    for (int j = 0; j < 4; ++j) v[j] = w[j] < threshold ? success : zero;
   }
 };
 

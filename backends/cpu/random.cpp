@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/strided.h"
+#include "core/op_checks.h"
 #include "core/sampling.h"
 
 namespace tinyformer::cpu {
@@ -54,6 +55,9 @@ void draw(const Tensor& out, std::uint64_t seed, std::uint64_t offset, const Sam
   parallel_for(
       out.numel(),
       [&](std::int64_t begin, std::int64_t end) {
+        // A copy of its own: the sampler's fields in registers, so the loop over the block
+        // stays in vector lanes (through the caller's reference, GCC left it scalar).
+        const Sampler local = sampler;
         const std::uint64_t first = offset + static_cast<std::uint64_t>(begin);
         const std::uint64_t last = offset + static_cast<std::uint64_t>(end);
         for (std::uint64_t block = first / K; block * K < last; block += kBlock) {
@@ -63,7 +67,7 @@ void draw(const Tensor& out, std::uint64_t seed, std::uint64_t offset, const Sam
 #pragma omp simd
           for (int i = 0; i < kBlock; ++i) {
             const std::uint32_t w[4] = {words[0][i], words[1][i], words[2][i], words[3][i]};
-            sampler(w, v[i]);
+            local(w, v[i]);
           }
           const std::uint64_t g0 = block * K, g1 = g0 + kBlock * K;
           if (g0 >= first && g1 <= last) {  // the whole block is in range: one contiguous run
@@ -80,7 +84,8 @@ void draw(const Tensor& out, std::uint64_t seed, std::uint64_t offset, const Sam
 
 }  // namespace
 
-// out: any shape; normal(mean a, std b), uniform [a, b) or bernoulli(p = a) as 0/1.
+// out: any shape; normal(mean a, std b), uniform [a, b), bernoulli(p = a) as 0/1, or
+// scaled_bernoulli: b with probability a, else 0.
 void CpuBackend::random(const Tensor& out, RandomKind kind, std::uint64_t seed,
                         std::uint64_t offset, double a, double b) {
   TF_CHECK(out.defined(), "random: expected a defined output tensor, got an undefined Tensor");
@@ -115,6 +120,15 @@ void CpuBackend::random(const Tensor& out, RandomKind kind, std::uint64_t seed,
             using Sampler = BernoulliSampler<T, Rounding<T>>;
             draw<T>(out, seed, offset, Sampler{Sampler::threshold_for(a)});
           });
+      return;
+    }
+    case RandomKind::scaled_bernoulli: {
+      check_scaled_bernoulli_args(a, b);
+      dispatch<float, double, bfloat16>(out.dtype(), "random (scaled_bernoulli)", [&](auto tag) {
+        using T = decltype(tag);
+        using Sampler = BernoulliSampler<T, Rounding<T>>;
+        draw<T>(out, seed, offset, Sampler{Sampler::threshold_for(a), Rounding<T>::round(b)});
+      });
       return;
     }
   }

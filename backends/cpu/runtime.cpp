@@ -125,7 +125,7 @@ bool CpuBackend::supports(Op op, DType dtype) const {
   switch (op) {
     case Op::fill:
     case Op::copy:
-    case Op::random:  // normal and uniform: floating only; bernoulli: any dtype
+    case Op::random:  // bernoulli: any dtype; the other kinds: floating only
       return true;
     case Op::arange:
       return dtype != DType::boolean;

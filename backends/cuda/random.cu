@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "backends/cuda/strided.cuh"
+#include "core/op_checks.h"
 #include "core/sampling.h"
 
 namespace tinyformer::cuda {
@@ -81,7 +82,8 @@ void launch(const Tensor& out, std::uint64_t seed, std::uint64_t offset, const S
 
 }  // namespace
 
-// out: any shape and strides; normal(mean a, std b), uniform [a, b) or bernoulli(p = a) as 0/1.
+// out: any shape and strides; normal(mean a, std b), uniform [a, b), bernoulli(p = a) as 0/1, or
+// scaled_bernoulli: b with probability a, else 0.
 void CudaBackend::random(const Tensor& out, RandomKind kind, std::uint64_t seed,
                          std::uint64_t offset, double a, double b) {
   TF_CHECK(out.defined(), "random: expected a defined output tensor, got an undefined Tensor");
@@ -113,6 +115,16 @@ void CudaBackend::random(const Tensor& out, RandomKind kind, std::uint64_t seed,
             using Sampler = BernoulliSampler<T, Rounding<T>>;
             launch<T>(out, seed, offset, Sampler{Sampler::threshold_for(a)});
           });
+      return;
+    }
+    case RandomKind::scaled_bernoulli: {
+      check_scaled_bernoulli_args(a, b);
+      if (out.numel() == 0) return;
+      dispatch_floating(out.dtype(), "random (scaled_bernoulli)", [&](auto tag) {
+        using T = decltype(tag);
+        using Sampler = BernoulliSampler<T, Rounding<T>>;
+        launch<T>(out, seed, offset, Sampler{Sampler::threshold_for(a), Rounding<T>::round(b)});
+      });
       return;
     }
   }

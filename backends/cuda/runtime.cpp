@@ -68,7 +68,7 @@ bool CudaBackend::supports(Op op, DType dtype) const {
   switch (op) {
     case Op::fill:
     case Op::copy:
-    case Op::random:  // normal and uniform: floating only; bernoulli: any dtype
+    case Op::random:  // bernoulli: any dtype; the other kinds: floating only
     case Op::binary:  // bool for comparisons only
     case Op::where:
     case Op::index_select:

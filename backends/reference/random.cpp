@@ -7,6 +7,7 @@
 
 #include "backends/reference/element.h"
 #include "backends/reference/reference_backend.h"
+#include "core/op_checks.h"
 #include "core/sampling.h"
 
 namespace tinyformer::reference {
@@ -61,6 +62,13 @@ void ReferenceBackend::random(const Tensor& out, RandomKind kind, std::uint64_t 
       return draw<double>(out, seed, offset,
                           BernoulliSampler<double, Rounding<double>>{
                               BernoulliSampler<double, Rounding<double>>::threshold_for(a)});
+    case RandomKind::scaled_bernoulli:  // b with probability a, else 0, floating dtypes
+      check_scaled_bernoulli_args(a, b);
+      return with_floating_type(out.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        using Sampler = BernoulliSampler<T, Rounding<T>>;
+        draw<T>(out, seed, offset, Sampler{Sampler::threshold_for(a), Rounding<T>::round(b)});
+      });
   }
   fail("random: unknown kind ", static_cast<int>(kind));
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "core/backend.h"
 #include "core/error.h"
 #include "core/profiler.h"
 
@@ -71,6 +72,50 @@ TEST_CASE("masked_fill's backward runs one where, for the input that needs a gra
   // The gradient itself: 2 x where the row is kept, 0 where it was filled.
   const Tensor want = tf::where(rows, tf::zeros({4, 6, 8}, {tf::DType::float64}), x.detach() * 2.0);
   CHECK(tf::max(tf::abs(x.grad() - want)).item<double>() == 0.0);
+}
+
+TEST_CASE("dropout draws its mask with the scale in it: one draw and one product, forward") {
+  const std::int64_t n = 4099;  // not a multiple of a Philox counter's four draws
+  Tensor x = tf::randn({n});
+  x.requires_grad_(true);
+  tf::Generator gen(31);
+  tf::Profiler profiler;
+  Tensor y = tf::dropout(x, 0.25, true, &gen);
+  const auto rows = profiler.ops();
+  const tf::OpProfile* draw = find(rows, "random scaled_bernoulli");
+  REQUIRE(draw != nullptr);
+  CHECK(draw->calls == 1);
+  const tf::OpProfile* mul = find(rows, "binary mul");
+  REQUIRE(mul != nullptr);
+  CHECK(mul->calls == 1);  // x times the mask; no pass that scales a 0/1 mask
+  CHECK(find(rows, "random bernoulli") == nullptr);
+  profiler.reset();
+
+  // The values: x times the 0/1 draw of the same seed and offset, times 1 / (1 - p) rounded to
+  // float32; and the gradient of sum(y) is that scaled mask.
+  tf::Generator same(31);
+  const auto [seed, offset] = same.reserve(static_cast<std::uint64_t>(n));
+  Tensor coin = tf::empty({n});
+  tf::backend(tf::Device::cpu()).random(coin, tf::RandomKind::bernoulli, seed, offset, 0.75, 0.0);
+  const float scale = static_cast<float>(1.0 / 0.75);
+  const auto xv = x.detach().to_vector<float>(), cv = coin.to_vector<float>(),
+             yv = y.detach().to_vector<float>();
+  std::int64_t kept = 0, wrong = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    wrong += yv[at] != xv[at] * (cv[at] * scale);
+    kept += cv[at] == 1.0f;
+  }
+  CHECK(wrong == 0);
+  CHECK(kept > 0.7 * n);
+  CHECK(kept < 0.8 * n);
+  tf::sum(y).backward();
+  const auto gv = x.grad().to_vector<float>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    wrong += gv[at] != cv[at] * scale;
+  }
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("Profiler by shape keys each product by its shape and transposed operands") {

@@ -141,10 +141,14 @@ TEST_CASE("bfloat16: fill, strided copies and arange") {
 TEST_CASE("bfloat16: random draws are the float32 draws rounded") {
   Backend& cpu = backend(Device::cpu());
   const Shape shape = {1001};
-  for (RandomKind kind : {RandomKind::normal, RandomKind::uniform, RandomKind::bernoulli}) {
+  for (RandomKind kind : {RandomKind::normal, RandomKind::uniform, RandomKind::bernoulli,
+                          RandomKind::scaled_bernoulli}) {
     CAPTURE(static_cast<int>(kind));
-    const double a = kind == RandomKind::bernoulli ? 0.3 : (kind == RandomKind::uniform ? -2 : 0.5);
-    const double b = kind == RandomKind::uniform ? 3.0 : 2.0;
+    const bool coin = kind == RandomKind::bernoulli || kind == RandomKind::scaled_bernoulli;
+    const double a = coin ? 0.3 : (kind == RandomKind::uniform ? -2 : 0.5);
+    // scaled_bernoulli's value: 1 / 0.7, which float32 and bfloat16 round differently.
+    const double b =
+        kind == RandomKind::uniform ? 3.0 : (kind == RandomKind::scaled_bernoulli ? 1 / 0.7 : 2.0);
     Tensor f = empty(shape), h = empty(shape, {.dtype = kBFloat16});
     cpu.random(f, kind, 77, 5, a, b);
     cpu.random(h, kind, 77, 5, a, b);

@@ -373,11 +373,40 @@ TEST_CASE("cpu random draws the right distributions") {
                  "random"));
   CHECK(contains(error_of([] { cpu().random(empty({3}), RandomKind::bernoulli, 1, 0, 1.5, 0); }),
                  "bernoulli"));
+  // scaled_bernoulli: the 0/1 draw of the same seed and offset times b rounded to the dtype.
+  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16}) {
+    CAPTURE(dtype);
+    const double b = 1.0 / 0.7;
+    Tensor coin = empty({n}, {.dtype = dtype}), scaled = empty({n}, {.dtype = dtype});
+    cpu().random(coin, RandomKind::bernoulli, 7, 5, 0.7, 0);
+    cpu().random(scaled, RandomKind::scaled_bernoulli, 7, 5, 0.7, b);
+    Tensor b_rounded = full({1}, b, {.dtype = dtype});
+    const double kept_value = values(b_rounded)[0];
+    const auto c = values(coin), s = values(scaled);
+    std::int64_t wrong = 0;
+    for (std::size_t i = 0; i < c.size(); ++i) wrong += s[i] != c[i] * kept_value;
+    CHECK(wrong == 0);
+    CHECK(std::accumulate(c.begin(), c.end(), 0.0) / n == doctest::Approx(0.7).epsilon(0.02));
+  }
+  CHECK(contains(error_of([] {
+                   cpu().random(empty({3}, {.dtype = DType::int64}), RandomKind::scaled_bernoulli,
+                                1, 0, 0.5, 2);
+                 }),
+                 "scaled_bernoulli"));
+  CHECK(contains(error_of([] {
+                   cpu().random(empty({3}), RandomKind::scaled_bernoulli, 1, 0, 0.5,
+                                std::numeric_limits<double>::infinity());
+                 }),
+                 "scaled_bernoulli expects a finite value b, got inf"));
+  CHECK(contains(
+      error_of([] { cpu().random(empty({3}), RandomKind::scaled_bernoulli, 1, 0, -0.5, 2); }),
+      "scaled_bernoulli expects a probability a in [0, 1], got -0.5"));
 }
 
 TEST_CASE("cpu random: element i depends only on (seed, offset + i)") {
   for (DType dtype : kFloating) {
-    for (RandomKind kind : {RandomKind::normal, RandomKind::uniform, RandomKind::bernoulli}) {
+    for (RandomKind kind : {RandomKind::normal, RandomKind::uniform, RandomKind::bernoulli,
+                            RandomKind::scaled_bernoulli}) {
       CAPTURE(dtype);
       CAPTURE(static_cast<int>(kind));
       const std::int64_t n = 70001, k = 33333;  // k splits the elements of one Philox counter

@@ -149,10 +149,12 @@ TEST_CASE("reference: nll_loss, conv1d, pooling, indexing, adamw_step, random, c
   CHECK(values(m)[0] == doctest::Approx(0.05).epsilon(1e-14));
 
   // The same numbers as the CPU backend, bit for bit, for every kind.
-  for (RandomKind kind : {RandomKind::normal, RandomKind::uniform, RandomKind::bernoulli}) {
+  for (RandomKind kind : {RandomKind::normal, RandomKind::uniform, RandomKind::bernoulli,
+                          RandomKind::scaled_bernoulli}) {
     Tensor r = empty({37}), c_draw = empty({37});
-    ref().random(r, kind, 5, 3, 0.25, 1.0);
-    backend(Device::cpu()).random(c_draw, kind, 5, 3, 0.25, 1.0);
+    const double b = kind == RandomKind::scaled_bernoulli ? 1.0 / 0.25 : 1.0;
+    ref().random(r, kind, 5, 3, 0.25, b);
+    backend(Device::cpu()).random(c_draw, kind, 5, 3, 0.25, b);
     CHECK(r.to_vector<float>() == c_draw.to_vector<float>());
   }
 

@@ -246,6 +246,7 @@ TEST_CASE("parity: random: the reference's numbers, every kind, dtype, offset an
       {RandomKind::uniform, -2.0, 3.0, parity::floating_dtypes()},
       {RandomKind::uniform, 0.0, 1.0, parity::floating_dtypes()},
       {RandomKind::bernoulli, 0.3, 0.0, all_dtypes()},
+      {RandomKind::scaled_bernoulli, 0.3, 1.0 / 0.7, parity::floating_dtypes()},
   };
   for (const Kind& k : kinds) {
     for (DType dtype : k.dtypes) {
@@ -290,6 +291,10 @@ TEST_CASE("parity: random: drawing [0, n) at once equals [0, k) then [k, n); bad
   CHECK_THROWS_AS(parity::dev().random(t, RandomKind::uniform, 1, 0, 1.0, 1.0), Error);
   CHECK_THROWS_AS(parity::dev().random(t, RandomKind::normal, 1, 0, 0.0, -1.0), Error);
   CHECK_THROWS_AS(parity::dev().random(t, RandomKind::bernoulli, 1, 0, 1.5, 0.0), Error);
+  CHECK_THROWS_AS(parity::dev().random(t, RandomKind::scaled_bernoulli, 1, 0, 1.5, 2.0), Error);
+  CHECK_THROWS_AS(parity::dev().random(t, RandomKind::scaled_bernoulli, 1, 0, 0.5,
+                                       std::numeric_limits<double>::quiet_NaN()),
+                  Error);
   const Tensor ints = empty({4}, {.dtype = DType::int64, .device = parity::device()});
   CHECK_THROWS_AS(parity::dev().random(ints, RandomKind::normal, 1, 0, 0.0, 1.0), Error);
   // randn on the target device consumes the default generator exactly as on the CPU.
