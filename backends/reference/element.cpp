@@ -122,4 +122,22 @@ void set_at(const Tensor& t, std::initializer_list<std::int64_t> index, double v
   store(t, position_of(t, index), v);
 }
 
+Matrix read_matrix(const Tensor& t, std::int64_t offset) {
+  Matrix m(t.size(-2), t.size(-1));
+  const std::int64_t row_stride = t.stride(-2), col_stride = t.stride(-1);
+  for (std::int64_t r = 0; r < m.rows; ++r) {
+    for (std::int64_t c = 0; c < m.cols; ++c)
+      m(r, c) = load(t, offset + r * row_stride + c * col_stride);
+  }
+  return m;
+}
+
+void write_matrix(const Tensor& t, std::int64_t offset, const Matrix& m) {
+  const std::int64_t row_stride = t.stride(-2), col_stride = t.stride(-1);
+  for (std::int64_t r = 0; r < m.rows; ++r) {
+    for (std::int64_t c = 0; c < m.cols; ++c)
+      store(t, offset + r * row_stride + c * col_stride, m(r, c));
+  }
+}
+
 }  // namespace tinyformer::reference

@@ -2,6 +2,7 @@
 // strides and offset, read as a double (or an int64) and written from one.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <vector>
@@ -34,5 +35,29 @@ double at(const Tensor& t, std::initializer_list<std::int64_t> index);
 void set_at(const Tensor& t, std::initializer_list<std::int64_t> index, double v);
 std::int64_t get_int(const Tensor& t, std::int64_t i);
 void set_int(const Tensor& t, std::int64_t i, std::int64_t v);
+
+// One matrix of a tensor (its last two dims) as doubles, row-major: the products' loops read
+// their operands from it rather than through the tensor's strides at every term. Reading and
+// writing convert each element as load and store do, so the values are the same.
+struct Matrix {
+  std::int64_t rows = 0, cols = 0;
+  std::vector<double> values;
+
+  Matrix() = default;
+  Matrix(std::int64_t r, std::int64_t c)
+      : rows(r), cols(c), values(static_cast<std::size_t>(r * c), 0.0) {}
+  double operator()(std::int64_t r, std::int64_t c) const {
+    return values[static_cast<std::size_t>(r * cols + c)];
+  }
+  double& operator()(std::int64_t r, std::int64_t c) {
+    return values[static_cast<std::size_t>(r * cols + c)];
+  }
+};
+
+// The matrix of t whose element [0, 0] lies at storage position `offset`; its element [r, c]
+// at offset + r * stride(-2) + c * stride(-1).
+Matrix read_matrix(const Tensor& t, std::int64_t offset);
+// Writes m into the matrix of t at `offset` (the same layout), each element as store does.
+void write_matrix(const Tensor& t, std::int64_t offset, const Matrix& m);
 
 }  // namespace tinyformer::reference

@@ -23,13 +23,16 @@ void ReferenceBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& ou
   for (std::int64_t p = 0; p < batch; ++p) {
     // A batch of one in a or b is used for every batch of out.
     const std::int64_t pa = a.size(0) == 1 ? 0 : p, pb = b.size(0) == 1 ? 0 : p;
+    const Matrix x = read_matrix(a, pa * a.stride(0)), y = read_matrix(b, pb * b.stride(0));
+    Matrix z(m, n);
     for (std::int64_t i = 0; i < m; ++i) {
       for (std::int64_t j = 0; j < n; ++j) {
         double sum = 0.0;
-        for (std::int64_t q = 0; q < k; ++q) sum += at(a, {pa, i, q}) * at(b, {pb, q, j});
-        set_at(out, {p, i, j}, sum);
+        for (std::int64_t q = 0; q < k; ++q) sum += x(i, q) * y(q, j);
+        z(i, j) = sum;
       }
     }
+    write_matrix(out, p * out.stride(0), z);
   }
 }
 
