@@ -26,14 +26,23 @@ void ReferenceBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, c
   std::vector<double> acc(static_cast<std::size_t>(n), 0.0);
   std::vector<std::int64_t> iacc(static_cast<std::size_t>(n), 0);
   std::vector<std::int64_t> count(static_cast<std::size_t>(n), 0);
+  const Shape& shape = x.shape();
+  const Shape& strides = x.strides();
+  std::vector<std::int64_t> index(shape.size(), 0);  // of element i, advanced with i
+  std::int64_t pos = 0;                              // its storage position
   for (std::int64_t i = 0; i < x.numel(); ++i) {
-    std::vector<std::int64_t> index = unravel(x.shape(), i);
-    const std::int64_t pos = position(x, index);
-    for (std::size_t d = 0; d < index.size(); ++d) {
-      if (reduced[d]) index[d] = 0;
+    if (i > 0) {
+      for (std::size_t d = shape.size(); d-- > 0;) {
+        pos += strides[d];
+        if (++index[d] < shape[d]) break;
+        pos -= shape[d] * strides[d];
+        index[d] = 0;
+      }
     }
-    std::int64_t o = 0;  // row-major number of the output element
-    for (std::size_t d = 0; d < index.size(); ++d) o = o * out.shape()[d] + index[d];
+    std::int64_t o = 0;  // row-major number of the output element: the reduced dims at 0
+    for (std::size_t d = 0; d < index.size(); ++d) {
+      o = o * out.shape()[d] + (reduced[d] ? 0 : index[d]);
+    }
     const auto k = static_cast<std::size_t>(o);
     const bool first = count[k] == 0;
     count[k] += 1;
