@@ -31,6 +31,7 @@
 #include <limits>
 
 #include "autograd/autocast.h"
+#include "autograd/embedding.h"
 #include "autograd/grad_mode.h"
 #include "autograd/layout.h"
 #include "autograd/node.h"
@@ -166,7 +167,7 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
                        const Tensor& excluded_mask, const AttentionOptions& options) {
   const char* op = "fused_attention";
   check_attention_inputs(op, query, key, value, excluded_mask);
-  TF_CHECK(options.dropout >= 0 && options.dropout < 1, op, ": expected dropout in [0, 1), got ",
+  TF_CHECK(options.dropout >= 0 && options.dropout <= 1, op, ": expected dropout in [0, 1], got ",
            options.dropout);
   const std::int64_t n = query.size(-2), m = key.size(-2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
@@ -208,7 +209,7 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
       const auto [seed, offset] = gen.reserve(static_cast<std::uint64_t>(keep.numel()));
       backend(p.device())
           .random(keep, RandomKind::scaled_bernoulli, seed, offset, 1.0 - options.dropout,
-                  1.0 / (1.0 - options.dropout));
+                  dropout_scale(options.dropout));
       pd = mul(p, keep);
     }
     out = matmul_like(pd, value, query);  // [..., n, dv], laid out like the query

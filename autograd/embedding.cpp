@@ -62,15 +62,16 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   TF_CHECK(x.defined(), "dropout: expected a defined tensor, got an undefined Tensor");
   TF_CHECK(is_floating(x.dtype()), "dropout: expected a floating tensor, got ", x.dtype());
-  TF_CHECK(p >= 0.0 && p < 1.0, "dropout: expected a probability p in [0, 1), got ", p);
+  TF_CHECK(p >= 0.0 && p <= 1.0, "dropout: expected a probability p in [0, 1], got ", p);
   if (!training || p == 0.0) return x;
   Generator& gen = generator != nullptr ? *generator : default_generator();
   const auto [seed, offset] = gen.reserve(static_cast<std::uint64_t>(x.numel()));
-  // The mask holds 1 / (1 - p) where it keeps (one draw, no pass to scale it).
+  // The mask holds 1 / (1 - p) where it keeps (one draw, no pass to scale it); p = 1 keeps
+  // nothing, and the mask is 0 everywhere (x * 0, as PyTorch's dropout gives).
   Tensor mask = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   if (mask.numel() > 0) {
     backend(x.device())
-        .random(mask, RandomKind::scaled_bernoulli, seed, offset, 1.0 - p, 1.0 / (1.0 - p));
+        .random(mask, RandomKind::scaled_bernoulli, seed, offset, 1.0 - p, dropout_scale(p));
   }
   return x * mask;
 }

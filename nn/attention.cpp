@@ -14,7 +14,7 @@ Attention::Attention(std::int64_t d_model, std::int64_t heads, double dropout, b
       fused_(fused) {
   TF_CHECK(d_model > 0 && heads > 0 && d_model % heads == 0, "attention",
            ": expected d_model divisible by heads, got d_model=", d_model, ", heads=", heads);
-  TF_CHECK(dropout >= 0 && dropout < 1, "attention: expected dropout in [0, 1), got ", dropout);
+  TF_CHECK(dropout >= 0 && dropout <= 1, "attention: expected dropout in [0, 1], got ", dropout);
   q_proj = register_module("q_proj", std::make_shared<Linear>(d_model, d_model));
   k_proj = register_module("k_proj", std::make_shared<Linear>(d_model, d_model));
   v_proj = register_module("v_proj", std::make_shared<Linear>(d_model, d_model));

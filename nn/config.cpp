@@ -92,8 +92,9 @@ void validate(const EncoderConfig& c) {
            "EncoderConfig: expected positive layers, d_model, heads, d_ff and max_seq_len");
   TF_CHECK(c.d_model % c.heads == 0, "EncoderConfig: d_model (", c.d_model,
            ") must be divisible by heads (", c.heads, ")");
-  TF_CHECK(c.dropout >= 0 && c.dropout < 1 && c.attention_dropout >= 0 && c.attention_dropout < 1,
-           "EncoderConfig: expected dropouts in [0, 1)");
+  TF_CHECK(c.dropout >= 0 && c.dropout <= 1 && c.attention_dropout >= 0 && c.attention_dropout <= 1,
+           "EncoderConfig: expected dropouts in [0, 1], got dropout ", c.dropout,
+           " and attention_dropout ", c.attention_dropout);
   TF_CHECK(c.per_layer.empty() || static_cast<std::int64_t>(c.per_layer.size()) == c.layers,
            "EncoderConfig: per_layer has ", c.per_layer.size(), " entries for ", c.layers,
            " layers");

@@ -29,7 +29,7 @@ std::string LayerNorm::extra_repr() const {
 }
 
 Dropout::Dropout(double p) : p_(p) {
-  TF_CHECK(p >= 0 && p < 1, "Dropout: expected p in [0, 1), got ", p);
+  TF_CHECK(p >= 0 && p <= 1, "Dropout: expected p in [0, 1], got ", p);
 }
 
 Tensor Dropout::forward(const Tensor& x) const {

@@ -53,7 +53,7 @@ const char* activation_name(Activation activation) {
 FeedForward::FeedForward(std::int64_t d_model, std::int64_t d_ff, Activation activation,
                          double dropout)
     : activation_(activation), dropout_(dropout) {
-  TF_CHECK(dropout >= 0 && dropout < 1, "FeedForward: expected dropout in [0, 1), got ", dropout);
+  TF_CHECK(dropout >= 0 && dropout <= 1, "FeedForward: expected dropout in [0, 1], got ", dropout);
   TF_CHECK(!takes_alpha(activation), "FeedForward: ", unary_name(activation),
            " takes a parameter and is not an activation");
   fc1 = register_module("fc1", std::make_shared<Linear>(d_model, d_ff));

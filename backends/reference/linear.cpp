@@ -36,14 +36,17 @@ double activation(Epilogue epilogue, double z) {
 void ReferenceBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                               Epilogue epilogue, const Tensor& out) {
   const LinearShape s = check_linear_args(x, weight, bias, epilogue, out, *this);
+  const Matrix a = read_matrix(x, 0), w = read_matrix(weight, 0);
+  Matrix y(s.m, s.n);
   for (std::int64_t i = 0; i < s.m; ++i) {
     for (std::int64_t j = 0; j < s.n; ++j) {
       double z = 0.0;
-      for (std::int64_t q = 0; q < s.k; ++q) z += at(x, {i, q}) * at(weight, {j, q});
+      for (std::int64_t q = 0; q < s.k; ++q) z += a(i, q) * w(j, q);
       if (bias.defined()) z += at(bias, {j});
-      set_at(out, {i, j}, activation(epilogue, z));
+      y(i, j) = activation(epilogue, z);
     }
   }
+  write_matrix(out, 0, y);
 }
 
 }  // namespace tinyformer::reference

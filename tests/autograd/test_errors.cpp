@@ -2,6 +2,8 @@
 // wrong, never crash or return garbage.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "autograd/ops.h"
 #include "core/backend.h"
 
@@ -209,8 +211,9 @@ TEST_CASE("errors: embedding and dropout") {
   CHECK_THROWS_AS(tf::embedding(w, tf::from<std::int64_t>({0, 5}, {2})), Error);
   CHECK_THROWS_AS(tf::embedding(w, tf::from<std::int64_t>({-1}, {1})), Error);
   const Tensor x = f64({2, 3});
-  CHECK_THROWS_WITH_AS(tf::dropout(x, 1.0, true),
-                       Contains("dropout: expected a probability p in [0, 1), got 1"), Error);
+  CHECK_THROWS_WITH_AS(tf::dropout(x, 1.5, true),
+                       Contains("dropout: expected a probability p in [0, 1], got 1.5"), Error);
+  CHECK_THROWS_WITH_AS(tf::dropout(x, std::nan(""), true), Contains("dropout: expected"), Error);
   CHECK_THROWS_WITH_AS(tf::dropout(x, -0.1, true), Contains("dropout"), Error);
   CHECK_THROWS_WITH_AS(tf::dropout(tf::arange(3), 0.5, true),
                        Contains("dropout: expected a floating"), Error);

@@ -330,6 +330,25 @@ TEST_CASE("embedding and dropout values") {
   CHECK(values(tf::dropout(x, 0.3, true, &g1)) != values(d1));
 }
 
+TEST_CASE("dropout with p = 1 drops every element: x * 0, gradient 0, as PyTorch") {
+  // torch.nn.functional.dropout(x, p=1.0, training=True) is x * 0: zeros, and NaN where x is
+  // infinite or NaN; in eval it is x.
+  const double inf = std::numeric_limits<double>::infinity();
+  for (tf::DType dtype : {tf::kFloat32, tf::kFloat64}) {
+    CAPTURE(dtype);
+    Tensor x = f64({1.5, -2.0, 0.0, 3.0, inf}, {5}).to(dtype);
+    x.requires_grad_(true);
+    CHECK(tf::dropout(x, 1.0, false).is_same(x));
+    tf::Generator gen(3);
+    const Tensor y = tf::dropout(x, 1.0, true, &gen);
+    const std::vector<double> got = values(y);
+    CHECK(std::vector<double>(got.begin(), got.begin() + 4) == std::vector<double>{0, 0, 0, 0});
+    CHECK(std::isnan(got[4]));
+    tf::sum(tf::dropout(x, 1.0, true, &gen)).backward();
+    CHECK(values(x.grad()) == std::vector<double>{0, 0, 0, 0, 0});
+  }
+}
+
 TEST_CASE("to(dtype) converts values") {
   Tensor x = f64({1.5, -2.25}, {2});
   CHECK(x.to(tf::kFloat32).to_vector<float>() == std::vector<float>{1.5f, -2.25f});

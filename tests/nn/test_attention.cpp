@@ -98,6 +98,22 @@ TEST_CASE("fused attention: gradient check, transposed inputs, errors") {
         },
         {qd, kd, vd}));
   }
+  // Dropout 1 drops every probability in training (as PyTorch's scaled_dot_product_attention
+  // with dropout_p = 1): the output and every gradient are 0; in eval the layer is unchanged.
+  {
+    Tensor qd = randn64({1, 2, 5, 3}), kd = randn64({1, 2, 4, 3}), vd = randn64({1, 2, 4, 2});
+    for (Tensor* t : {&qd, &kd, &vd}) t->requires_grad_(true);
+    const Tensor out = fused_attention(qd, kd, vd, {}, {.dropout = 1.0, .training = true});
+    CHECK(out.to_vector<double>() == std::vector<double>(20, 0.0));
+    sum(out * randn64({1, 2, 5, 2})).backward();
+    for (Tensor* t : {&qd, &kd, &vd}) {
+      CHECK(t->grad().to_vector<double>() == std::vector<double>(t->numel(), 0.0));
+    }
+    CHECK(fused_attention(qd, kd, vd, {}, {.dropout = 1.0}).to_vector<double>() ==
+          fused_attention(qd, kd, vd, {}).to_vector<double>());
+    CHECK_THROWS_WITH_AS(fused_attention(qd, kd, vd, {}, {.dropout = 1.5}),
+                         doctest::Contains("expected dropout in [0, 1], got 1.5"), Error);
+  }
   CHECK_THROWS_WITH_AS(fused_attention(randn({1, 4, 3}), randn({1, 4, 2}), randn({1, 4, 3})),
                        doctest::Contains("query and key differ in their last dim"), Error);
   CHECK_THROWS_AS(fused_attention(randn({1, 4, 3}), randn({1, 4, 3}), randn({1, 5, 3})), Error);

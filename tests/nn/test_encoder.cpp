@@ -246,3 +246,34 @@ TEST_CASE("activation memory: quadratic in n for full attention, linear for Linf
   CHECK(full_ratio > 3.0);
   CHECK(lin_ratio < 2.3);
 }
+
+TEST_CASE("EncoderConfig takes dropouts in [0, 1]: 1 drops every residual branch in training") {
+  // Dropout 1 on every residual branch and on the probabilities: in training each pre-norm block
+  // adds exact zeros to its input, so the stack is its final layer norm (weight 1, bias 0 at
+  // initialisation) of the input alone.
+  nn::EncoderConfig c = tiny(nn::AttentionKind::full);
+  c.dropout = 1.0;
+  c.attention_dropout = 1.0;
+  nn::TransformerEncoder enc(c);
+  enc.to(DType::float64);
+  const Tensor x = randn64({2, 5, 4});
+  enc.train();
+  const std::vector<double> got = enc.forward(x).to_vector<double>();
+  const std::vector<double> want = layer_norm(x, {4}).to_vector<double>();
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-12));
+  enc.eval();
+  CHECK(enc.forward(x).to_vector<double>() != got);
+  for (double bad : {1.5, -0.5, std::nan("")}) {
+    CAPTURE(bad);
+    nn::EncoderConfig b = tiny(nn::AttentionKind::full);
+    b.dropout = bad;
+    CHECK_THROWS_WITH_AS(nn::TransformerEncoder{b},
+                         doctest::Contains("EncoderConfig: expected dropouts in [0, 1]"), Error);
+    b.dropout = 0.0;
+    b.attention_dropout = bad;
+    CHECK_THROWS_WITH_AS(nn::TransformerEncoder{b},
+                         doctest::Contains("EncoderConfig: expected dropouts in [0, 1]"), Error);
+  }
+}

@@ -112,7 +112,13 @@ TEST_CASE("Dropout: identity in eval, scaled mask in training") {
   }
   CHECK(zeros_seen > 400);
   CHECK(zeros_seen < 600);
-  CHECK_THROWS_AS(nn::Dropout(1.0), Error);
+  // p = 1 drops everything in training (as torch.nn.Dropout(1.0)); above 1 is an Error.
+  nn::Dropout all(1.0);
+  CHECK(all.forward(x).to_vector<float>() == std::vector<float>(1000, 0.0f));
+  all.eval();
+  CHECK(all.forward(x).to_vector<float>() == x.to_vector<float>());
+  CHECK_THROWS_WITH_AS(nn::Dropout(1.01), "Dropout: expected p in [0, 1], got 1.01", Error);
+  CHECK_THROWS_AS(nn::Dropout(-0.1), Error);
 }
 
 TEST_CASE("init: fans of empty and convolution-shaped weights; initialising an empty one") {
