@@ -99,9 +99,10 @@ struct UnaryMath<UnaryOp::relu, T> {
 template <typename T>
 struct UnaryMath<UnaryOp::gelu, T> {
   TF_HOST_DEVICE T forward(T x) const { return x * math::normal_cdf(x); }
-  // Phi(x) + x phi(x)
+  // Phi(x) + x phi(x), both from one call (for float32, one exponential)
   TF_HOST_DEVICE T derivative(T g, T x) const {
-    return g * (math::normal_cdf(x) + x * math::normal_pdf(x));
+    const math::NormalPair<T> n = math::normal_cdf_pdf(x);
+    return g * (n.cdf + x * n.pdf);
   }
 };
 

@@ -90,10 +90,54 @@ TEST_CASE("float32 tanh, normal CDF and sigmoid against double") {
     sig_err = std::max(sig_err, rel_err(math::sigmoid(f), 1 / (1 + std::exp(-xd))));
   }
   CHECK(tanh_err < 3e-7);
-  CHECK(cdf_err < 2e-5);  // relative, down to Phi(-10) ~ 7.6e-24
+  CHECK(cdf_err < 1e-6);  // relative, down to Phi(-10) ~ 7.6e-24
   CHECK(sig_err < 1e-6);
   CHECK(math::tanh(-0.3f) == -math::tanh(0.3f));
   CHECK(math::tanh(20.0f) == 1.0f);
+}
+
+TEST_CASE("float32 normal CDF and density from one exponential, and GELU from them") {
+  // Against double at every 7e-4 over [-13, 10] (Phi(-13) ~ 6e-39, still a normal float).
+  double cdf_err = 0, pdf_err = 0, gelu_err = 0, grad_err = 0;
+  const tf::UnaryMath<tf::UnaryOp::gelu, float> gelu;
+  for (double x = -13.0; x <= 10.0; x += 7e-4) {
+    const auto f = static_cast<float>(x);
+    const double xd = f;
+    const double cdf = 0.5 * std::erfc(-xd / std::sqrt(2.0));
+    const double pdf = std::exp(-0.5 * xd * xd) / std::sqrt(2.0 * std::acos(-1.0));
+    const math::NormalPair<float> got = math::normal_cdf_pdf(f);
+    cdf_err = std::max(cdf_err, rel_err(got.cdf, cdf));
+    pdf_err = std::max(pdf_err, rel_err(got.pdf, pdf));
+    CHECK(got.cdf == math::normal_cdf(f));
+    CHECK(got.pdf == math::normal_pdf(f));
+    if (xd != 0) gelu_err = std::max(gelu_err, rel_err(gelu.forward(f), xd * cdf));
+    // The derivative crosses 0 near x = -0.75, where Phi + x phi cancels: absolute there.
+    const double grad = cdf + xd * pdf;
+    grad_err = std::max(grad_err,
+                        std::abs(gelu.derivative(1.0f, f) - grad) / std::max(std::abs(grad), 1.0));
+  }
+  CHECK(cdf_err < 1e-6);
+  CHECK(pdf_err < 1e-6);
+  CHECK(gelu_err < 1e-6);
+  CHECK(grad_err < 3e-7);
+
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CHECK(math::normal_cdf(inf) == 1.0f);
+  CHECK(math::normal_cdf(-inf) == 0.0f);
+  CHECK(math::normal_pdf(inf) == 0.0f);
+  CHECK(math::normal_pdf(-inf) == 0.0f);
+  CHECK(math::normal_cdf(-30.0f) == 0.0f);
+  CHECK(math::normal_cdf(30.0f) == 1.0f);
+  CHECK(std::isnan(math::normal_cdf(nan)));
+  CHECK(std::isnan(math::normal_pdf(nan)));
+  CHECK(gelu.forward(inf) == inf);
+  CHECK(std::isnan(gelu.forward(-inf)));  // -inf * 0, as PyTorch's
+  CHECK(gelu.forward(0.0f) == 0.0f);
+  CHECK(std::isnan(gelu.forward(nan)));
+  CHECK(std::isnan(gelu.derivative(1.0f, nan)));
+  CHECK(gelu.derivative(1.0f, 30.0f) == 1.0f);
+  CHECK(gelu.derivative(1.0f, -30.0f) == 0.0f);
 }
 
 TEST_CASE("unary rows: pow_scalar's special exponents agree with pow") {
