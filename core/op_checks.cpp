@@ -660,6 +660,21 @@ std::int64_t check_pool1d_backward_args(const char* op, const Tensor& grad, cons
   return out_length;
 }
 
+// x: a dtype the backend sums, contiguous, on the backend's device; out: one float64 element
+// on x's device.
+void check_sum_squares_args(const Tensor& x, const Tensor& out, const Backend& backend) {
+  TF_CHECK(x.defined(), "sum_squares: expected a defined x, got an undefined Tensor");
+  check_supported(Op::sum_squares, x.dtype(), "sum_squares", backend, " x");
+  check_backend_device(x, "sum_squares", "x", backend);
+  TF_CHECK(x.is_contiguous(), "sum_squares: expected a contiguous x, got shape ",
+           shape_str(x.shape()), " with strides ", shape_str(x.strides()));
+  TF_CHECK(out.defined(), "sum_squares: expected a defined out, got an undefined Tensor");
+  TF_CHECK(out.dtype() == DType::float64 && out.numel() == 1,
+           "sum_squares: expected out of one float64 element, got ", out.dtype(), " ",
+           shape_str(out.shape()));
+  check_device(out, "sum_squares", "out", x.device());
+}
+
 // param, grad, exp_avg, exp_avg_sq: one shape, a dtype the backend updates, contiguous, no two
 // sharing memory; the scalars in the ranges of core/ops.def.
 void check_adamw_step_args(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,

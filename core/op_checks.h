@@ -115,6 +115,8 @@ std::int64_t check_pool1d_backward_args(const char* op, const Tensor& grad, cons
                                         std::int64_t kernel, std::int64_t stride,
                                         const Tensor& grad_x, const Backend& backend);
 
+void check_sum_squares_args(const Tensor& x, const Tensor& out, const Backend& backend);
+
 void check_adamw_step_args(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                            const Tensor& exp_avg_sq, double lr, double beta1, double beta2,
                            double eps, double weight_decay, double bias_correction1,

@@ -433,22 +433,61 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
            max_norm);
   NoGradGuard no_grad;
   std::vector<Tensor> grads;
-  Tensor sum_sq;  // float64 scalar on the first gradient's device
   for (std::size_t i = 0; i < params.size(); ++i) {
     TF_CHECK(params[i].defined(), "clip_grad_norm: parameter ", i, " is an undefined Tensor");
     const Tensor g = params[i].grad();
-    if (!g.defined()) continue;
-    const Tensor g64 = to(g, kFloat64);
-    const Tensor part = to(sum(g64 * g64), Device::cpu());
-    sum_sq = sum_sq.defined() ? sum_sq + part : part;
-    grads.push_back(g);
+    if (g.defined()) grads.push_back(g);
   }
   if (grads.empty()) return 0.0;
-  const double norm = std::sqrt(sum_sq.item<double>());
+
+  // Each gradient's sum of squares (one sum_squares call, in float64) goes to its slot of a
+  // float64 buffer on the gradient's device; each buffer then comes to the host once, so a GPU
+  // is not waited for gradient by gradient. The sums are added in the parameters' order.
+  std::vector<Device> devices;
+  std::vector<std::size_t> device_of(grads.size()), slot_of(grads.size());
+  std::vector<std::int64_t> counts;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    const auto it = std::find(devices.begin(), devices.end(), grads[i].device());
+    device_of[i] = static_cast<std::size_t>(it - devices.begin());
+    if (it == devices.end()) {
+      devices.push_back(grads[i].device());
+      counts.push_back(0);
+    }
+    slot_of[i] = static_cast<std::size_t>(counts[device_of[i]]++);
+  }
+  std::vector<Tensor> sums(devices.size());
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    sums[d] = empty({counts[d]}, {.dtype = kFloat64, .device = devices[d]});
+  }
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    Backend& be = backend(grads[i].device());
+    Tensor g = grads[i];
+    if (!be.supports(Op::sum_squares, g.dtype())) g = to(g, kFloat64);  // bfloat16: widened
+    const Tensor& buffer = sums[device_of[i]];
+    be.sum_squares(
+        g.is_contiguous() ? g : raw::contiguous(g),
+        raw::as_strided(buffer, {1}, {1}, buffer.offset() + static_cast<std::int64_t>(slot_of[i])));
+  }
+  std::vector<Tensor> host(devices.size());
+  for (std::size_t d = 0; d < devices.size(); ++d) host[d] = to(sums[d], Device::cpu());
+  double sum_sq = 0.0;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    sum_sq += host[device_of[i]].data<double>()[slot_of[i]];
+  }
+  const double norm = std::sqrt(sum_sq);
   if (!std::isfinite(norm)) return norm;
   const double scale = max_norm / (norm + 1e-6);
   if (scale < 1.0) {
-    for (const Tensor& g : grads) raw::copy(g * scale, g);
+    for (const Tensor& g : grads) {
+      Backend& be = backend(g.device());
+      if (g.is_contiguous() && be.supports(Op::binary, g.dtype())) {
+        // In place: binary's out may be its first operand.
+        const Tensor s = scalar_tensor(scale, {.dtype = g.dtype(), .device = g.device()});
+        be.binary(BinaryOp::mul, g, raw::expand(s, g.shape(), "clip_grad_norm"), g);
+      } else {
+        raw::copy(to(g, kFloat64) * scale, g);  // rounded once into g's dtype
+      }
+    }
   }
   return norm;
 }

@@ -1,8 +1,13 @@
 // CpuBackend::adamw_step: one Adam or AdamW update of a parameter and its two moment buffers, in
 // one pass over memory (one read of each tensor, one write of param, exp_avg and exp_avg_sq)
 // instead of the dozen temporaries the same formula costs as a chain of elementwise ops.
+// CpuBackend::sum_squares: a gradient's sum of squares in float64 for clip_grad_norm, in one read
+// of the gradient (the composition it replaces copied it to float64, squared the copy and summed
+// that).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/strided.h"
@@ -30,7 +35,64 @@ void adam_loop(T* p, const T* g, T* m, T* v, std::int64_t n, const AdamConstants
       1, kCost);
 }
 
+// Elements per block of sum_squares: the blocks' partial sums are added in order, so the sum's
+// order depends on the size alone; a block's kLanes partial sums vectorize.
+constexpr std::int64_t kSquaresBlock = 16384;
+constexpr std::int64_t kLanes = 8;
+
+// The sum of double(x[i])^2 over [0, n), in kLanes interleaved partial sums added at the end.
+template <typename T>
+double block_sum_squares(const T* x, std::int64_t n) {
+  double lanes[kLanes] = {};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+    for (std::int64_t l = 0; l < kLanes; ++l) {
+      const auto v = static_cast<double>(x[i + l]);
+      lanes[l] += v * v;
+    }
+  }
+  for (; i < n; ++i) {
+    const auto v = static_cast<double>(x[i]);
+    lanes[i % kLanes] += v * v;
+  }
+  double sum = 0.0;
+  for (const double l : lanes) sum += l;
+  return sum;
+}
+
 }  // namespace
+
+// x: contiguous; out: one float64 element (see core/ops.def).
+void CpuBackend::sum_squares(const Tensor& x, const Tensor& out) {
+  check_sum_squares_args(x, out, *this);
+  const std::int64_t n = x.numel();
+  double total = 0.0;
+  if (n > 0) {
+    dispatch_floating(x.dtype(), "sum_squares", [&](auto tag) {
+      using T = decltype(tag);
+      const T* px = x.data<T>();
+      const std::int64_t blocks = (n + kSquaresBlock - 1) / kSquaresBlock;
+      if (blocks == 1) {
+        total = block_sum_squares(px, n);
+        return;
+      }
+      std::vector<double> partial(static_cast<std::size_t>(blocks));
+      parallel_for(
+          blocks,
+          [&](std::int64_t begin, std::int64_t end) {
+            for (std::int64_t b = begin; b < end; ++b) {
+              const std::int64_t start = b * kSquaresBlock;
+              partial[static_cast<std::size_t>(b)] =
+                  block_sum_squares(px + start, std::min(kSquaresBlock, n - start));
+            }
+          },
+          kSquaresBlock);
+      for (const double p : partial) total += p;
+    });
+  }
+  *out.data<double>() = total;
+}
 
 // param, grad, exp_avg, exp_avg_sq: same shape and dtype, contiguous; the first, third and
 // fourth are updated in place (see core/ops.def for the formula).

@@ -157,6 +157,7 @@ bool CpuBackend::supports(Op op, DType dtype) const {
     case Op::pool1d_backward:
     case Op::index_add:
     case Op::adamw_step:
+    case Op::sum_squares:
       return f32_f64;
   }
   return false;

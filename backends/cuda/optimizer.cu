@@ -2,6 +2,10 @@
 // reading param, grad and the two moments once and writing param and the moments once: the
 // step is memory-bound, so that is all its cost. float32 moves four elements per load when the
 // four pointers allow it.
+// CudaBackend::sum_squares: a gradient's sum of squares in float64, in two kernels whose order of
+// summation depends on the size alone: each block sums a fixed chunk into a partial sum, then one
+// block sums the partial sums.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -48,6 +52,50 @@ __global__ void adam_kernel_float4(float4* __restrict__ p, const float4* __restr
     m[i] = mi;
     v[i] = vi;
   }
+}
+
+// sum_squares: kBlock threads a block; a block's chunk is kSquaresPerThread elements a thread.
+constexpr int kSquaresPerThread = 16;
+constexpr std::int64_t kSquaresChunk = std::int64_t{kBlock} * kSquaresPerThread;
+
+// The block's kBlock values summed in shared memory by halves: a fixed tree, so a fixed order.
+__device__ double block_sum(double v, double* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kBlock / 2; half > 0; half /= 2) {
+    if (static_cast<int>(threadIdx.x) < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  return shared[0];
+}
+
+// partial[b] = the sum of double(x[i])^2 over block b's chunk of x ([n] contiguous); thread t
+// takes elements t, t + kBlock, ... of the chunk, so that a warp reads consecutive elements.
+template <typename T>
+__global__ void squares_kernel(const T* __restrict__ x, std::int64_t n,
+                               double* __restrict__ partial) {
+  __shared__ double shared[kBlock];
+  const std::int64_t start = static_cast<std::int64_t>(blockIdx.x) * kSquaresChunk;
+  double acc = 0.0;
+  for (int k = 0; k < kSquaresPerThread; ++k) {
+    const std::int64_t i = start + k * kBlock + threadIdx.x;
+    if (i < n) {
+      const auto v = static_cast<double>(x[i]);
+      acc += v * v;
+    }
+  }
+  const double sum = block_sum(acc, shared);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+// *out = the sum of partial[0, count), one block: thread t sums t, t + kBlock, ... in order.
+__global__ void sum_partials_kernel(const double* __restrict__ partial, std::int64_t count,
+                                    double* __restrict__ out) {
+  __shared__ double shared[kBlock];
+  double acc = 0.0;
+  for (std::int64_t i = threadIdx.x; i < count; i += kBlock) acc += partial[i];
+  const double sum = block_sum(acc, shared);
+  if (threadIdx.x == 0) *out = sum;
 }
 
 bool aligned16(const void* ptr) {
@@ -103,6 +151,24 @@ void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tens
       launch(std::false_type{});
     }
   });
+}
+
+// x: [n] contiguous; out: one float64 element (see core/ops.def).
+void CudaBackend::sum_squares(const Tensor& x, const Tensor& out) {
+  check_sum_squares_args(x, out, *this);
+  const std::int64_t n = x.numel();
+  const std::int64_t chunks = std::max<std::int64_t>(1, (n + kSquaresChunk - 1) / kSquaresChunk);
+  TF_CHECK(chunks <= std::int64_t{2147483647}, "sum_squares: ", n, " elements are too many");
+  const Tensor partial = empty({chunks}, {.dtype = DType::float64, .device = x.device()});
+  dispatch<float, double>(x.dtype(), "sum_squares", [&](auto tag) {
+    using T = decltype(tag);
+    squares_kernel<T><<<static_cast<unsigned>(chunks), kBlock, 0, stream()>>>(
+        device_data<const T>(x), n, device_data<double>(partial));
+    TF_CUDA_CHECK_LAUNCH("sum_squares");
+  });
+  sum_partials_kernel<<<1, kBlock, 0, stream()>>>(device_data<const double>(partial), chunks,
+                                                  device_data<double>(out));
+  TF_CUDA_CHECK_LAUNCH("sum_squares");
 }
 
 }  // namespace tinyformer::cuda

@@ -99,6 +99,7 @@ bool CudaBackend::supports(Op op, DType dtype) const {
     case Op::attention:
     case Op::attention_backward:
     case Op::adamw_step:
+    case Op::sum_squares:
       return dtype == DType::float32 || dtype == DType::float64;
   }
   return false;

@@ -3,6 +3,7 @@
 //   m = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g^2
 //   p = p - lr / bias_correction1 * m / (sqrt(v) / sqrt(bias_correction2) + eps)
 // param, grad, exp_avg (m), exp_avg_sq (v): one shape and dtype, contiguous.
+// sum_squares: the sum of x's squares, element by element in double, in order.
 #include <cmath>
 
 #include "backends/reference/element.h"
@@ -31,6 +32,13 @@ void ReferenceBackend::adamw_step(const Tensor& param, const Tensor& grad, const
     set(exp_avg, i, m);
     set(exp_avg_sq, i, v);
   }
+}
+
+void ReferenceBackend::sum_squares(const Tensor& x, const Tensor& out) {
+  check_sum_squares_args(x, out, *this);
+  double sum = 0.0;
+  for (std::int64_t i = 0; i < x.numel(); ++i) sum += get(x, i) * get(x, i);
+  set(out, 0, sum);
 }
 
 }  // namespace tinyformer::reference

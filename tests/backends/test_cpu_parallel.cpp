@@ -217,6 +217,11 @@ TEST_CASE("parallel grain: every pass that takes it gives the same bits on any t
       cpu_backend().adamw_step(p, b, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.01, true, 0.1, 0.001);
       return std::vector<Tensor>{p, m, v};
     });
+    check_same_bits("sum of squares", [&] {  // 997 x 301: 19 blocks of the kernel
+      Tensor out = empty({1}, {.dtype = DType::float64});
+      cpu_backend().sum_squares(a, out);
+      return std::vector<Tensor>{out};
+    });
   }
 }
 

@@ -91,6 +91,8 @@ void run_op(Backend& b, Op op, DType dtype, Device device) {
     case Op::adamw_step:
       return b.adamw_step(t({2}), t({2}), t({2}), t({2}), 0.1, 0.9, 0.999, 1e-8, 0.0, true, 0.1,
                           0.001);
+    case Op::sum_squares:
+      return b.sum_squares(t({3}), make({1}, DType::float64));
   }
 }
 

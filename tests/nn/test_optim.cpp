@@ -180,6 +180,38 @@ TEST_CASE("clip_grad_norm: the norm of all gradients as one vector, skipping mis
   CHECK_THROWS_AS(optim::clip_grad_norm({Tensor()}, 1.0), Error);
 }
 
+TEST_CASE("clip_grad_norm: squares summed in float64 for float32, bfloat16 and strided gradients") {
+  // A float32 gradient of 100003 elements (several blocks of the kernel), a bfloat16 one and a
+  // transposed float64 one: the norm is the float64 sum of the exact squares, to rounding.
+  Tensor a = zeros({100003}, {.requires_grad = true});
+  Tensor b = zeros({5}, {.dtype = kBFloat16, .requires_grad = true});
+  Tensor c = zeros({3, 2}, {.dtype = kFloat64, .requires_grad = true});
+  manual_seed(7);
+  const std::vector<float> ga = randn({100003}).to_vector<float>();
+  a.set_grad(from<float>(ga, {100003}));
+  b.set_grad(from<float>({1.5f, -2.0f, 0.25f, 3.0f, -0.5f}, {5}).to(kBFloat16));
+  c.set_grad(from<double>({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {2, 3}).transpose(0, 1));
+  REQUIRE_FALSE(c.grad().is_contiguous());
+  double expected = 0.0;
+  for (const float v : ga) expected += static_cast<double>(v) * v;
+  expected += 1.5 * 1.5 + 2.0 * 2.0 + 0.25 * 0.25 + 3.0 * 3.0 + 0.5 * 0.5;
+  expected += 1.0 + 4.0 + 9.0 + 16.0 + 25.0 + 36.0;
+  expected = std::sqrt(expected);
+  const double norm = optim::clip_grad_norm({a, b, c}, 1.0);
+  CHECK(norm == doctest::Approx(expected).epsilon(1e-13));
+  // Every gradient scaled by the same factor, in its own dtype and layout.
+  const double scale = 1.0 / (expected + 1e-6);
+  CHECK(a.grad().dtype() == kFloat32);
+  CHECK(a.grad().to_vector<float>()[12345] == doctest::Approx(ga[12345] * scale).epsilon(1e-6));
+  CHECK(b.grad().dtype() == kBFloat16);
+  CHECK(b.grad().to(kFloat32).to_vector<float>()[3] == doctest::Approx(3.0 * scale).epsilon(1e-2));
+  const std::vector<double> cg = c.grad().to_vector<double>();  // row-major of the view
+  const double c_values[] = {1.0, 4.0, 2.0, 5.0, 3.0, 6.0};
+  for (int i = 0; i < 6; ++i) CHECK(cg[i] == doctest::Approx(c_values[i] * scale).epsilon(1e-13));
+  // Clipped again, the norm is max_norm (to the 1e-6 in the divisor and bfloat16's rounding).
+  CHECK(optim::clip_grad_norm({a, b, c}, 1.0) == doctest::Approx(1.0).epsilon(1e-4));
+}
+
 TEST_CASE("gradient accumulation: two half batches with loss / 2 give the full-batch gradient") {
   const json& ref = reference();
   const Tensor x = tensor_from(ref["x"]);  // [5, 4]

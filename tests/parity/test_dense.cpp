@@ -26,6 +26,7 @@ TF_PARITY_COVERS(conv1d_backward);
 TF_PARITY_COVERS(pool1d);
 TF_PARITY_COVERS(pool1d_backward);
 TF_PARITY_COVERS(adamw_step);
+TF_PARITY_COVERS(sum_squares);
 
 struct Tolerance {
   double rtol, atol;
@@ -733,6 +734,40 @@ TEST_CASE("parity: adamw_step: Adam and AdamW over several steps, odd sizes, una
   }
 }
 
+// ============================== sum_squares ==============================
+
+TEST_CASE("parity: sum_squares: sizes across the kernels' blocks, unaligned, into one slot") {
+  if (!available()) return;
+  std::uint64_t seed = 1;
+  for (DType dtype : {DType::float32, DType::float64}) {
+    // 0 and 1; around a CPU block (16384) and a CUDA block's chunk (4096); many of both.
+    for (std::int64_t n : {0, 1, 7, 4095, 4097, 16384, 16385, 70001, 1000003}) {
+      for (std::int64_t offset : {0, 1}) {
+        const std::string what = "sum_squares " + dtype_str(dtype) + " n=" + std::to_string(n) +
+                                 " offset=" + std::to_string(offset);
+        const Pair buffer = make_pair({n + offset}, dtype, Layout::contiguous, seed++, -3.0, 3.0);
+        const Pair x{buffer.ref.narrow(0, offset, n), buffer.dev.narrow(0, offset, n)};
+        // The result goes to slot 2 of a buffer of NaNs, which must keep the others.
+        const Pair sums = make_output({4}, DType::float64);
+        dev().sum_squares(x.dev, sums.dev.narrow(0, 2, 1));
+        ref().sum_squares(x.ref, sums.ref.narrow(0, 2, 1));
+        const Tensor got = sums.dev.to(Device::cpu());
+        CHECK_MESSAGE(std::isnan(got.data<double>()[0]), what);
+        CHECK_MESSAGE(std::isnan(got.data<double>()[1]), what);
+        CHECK_MESSAGE(std::isnan(got.data<double>()[3]), what);
+        // The reference sums in order, the kernels by blocks: n * 1e-16 apart at most.
+        check_close(sums.dev.narrow(0, 2, 1), sums.ref.narrow(0, 2, 1), what, 1e-11, 0.0);
+        if (n == 0) CHECK_MESSAGE(got.data<double>()[2] == 0.0, what);
+      }
+    }
+  }
+  // float32 squares are exact in float64: a sum whose terms are exact powers of two is exact.
+  const Tensor halves = full({1000}, 0.5, {.device = device()});
+  Tensor out = zeros({1}, {.dtype = DType::float64, .device = device()});
+  dev().sum_squares(halves, out);
+  CHECK(out.to(Device::cpu()).data<double>()[0] == 250.0);
+}
+
 // ============================== errors ==============================
 
 TEST_CASE("parity: dense ops: bad input throws Error naming the op") {
@@ -792,6 +827,15 @@ TEST_CASE("parity: dense ops: bad input throws Error naming the op") {
                          0.001);
       },
       "adamw_step");
+  fails([&] { dev().sum_squares(on_dev({4}), on_dev({1})); },
+        "sum_squares: expected out of one float64");
+  fails(
+      [&] {
+        dev().sum_squares(on_dev({4, 4}).transpose(0, 1), on_dev({1}, DType::float64));
+      },
+      "sum_squares: expected a contiguous x");
+  fails([&] { dev().sum_squares(on_dev({4}, DType::bfloat16), on_dev({1}, DType::float64)); },
+        "sum_squares");
   if (!device().is_cpu()) {
     fails(
         [&] {
