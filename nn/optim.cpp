@@ -479,13 +479,16 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   const double scale = max_norm / (norm + 1e-6);
   if (scale < 1.0) {
     for (const Tensor& g : grads) {
+      // g * scale in g's dtype, in place where g is contiguous (binary's out may be its first
+      // operand); a dtype the backend does not multiply (bfloat16) through float64, rounded once.
       Backend& be = backend(g.device());
-      if (g.is_contiguous() && be.supports(Op::binary, g.dtype())) {
-        // In place: binary's out may be its first operand.
+      if (!be.supports(Op::binary, g.dtype())) {
+        raw::copy(to(g, kFloat64) * scale, g);
+      } else if (g.is_contiguous()) {
         const Tensor s = scalar_tensor(scale, {.dtype = g.dtype(), .device = g.device()});
         be.binary(BinaryOp::mul, g, raw::expand(s, g.shape(), "clip_grad_norm"), g);
       } else {
-        raw::copy(to(g, kFloat64) * scale, g);  // rounded once into g's dtype
+        raw::copy(g * scale, g);
       }
     }
   }
