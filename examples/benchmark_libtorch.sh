@@ -7,7 +7,7 @@
 # - OPENBLAS_CORETYPE: the OpenBLAS kernels. SkylakeX is the best on a CPU with AVX-512; on an
 #   AVX2-only CPU (AMD EPYC/Zen, Intel before Skylake-SP) it dies of an illegal instruction, so
 #   the default here is SkylakeX only where /proc/cpuinfo lists avx512f, else Haswell. Set it
-#   yourself to override.
+#   yourself to override; a value other than that default is kept, with a warning.
 # - OpenMP waiting: left to libtinyformer's default (idle threads spin briefly, then sleep;
 #   README "Threading"), which applies to libtorch too: one process, one OpenMP runtime.
 #   OMP_WAIT_POLICY or GOMP_SPINCOUNT, when set, override it for both.
@@ -36,12 +36,19 @@ if [ -z "$binary" ]; then
   exit 2
 fi
 
+best_coretype=Haswell
+if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+  best_coretype=SkylakeX
+fi
 if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
-    OPENBLAS_CORETYPE=SkylakeX
-  else
-    OPENBLAS_CORETYPE=Haswell
-  fi
+  OPENBLAS_CORETYPE=$best_coretype
+elif [ "$OPENBLAS_CORETYPE" != "$best_coretype" ]; then
+  # An environment may set it machine-wide; libtorch's products then run on other kernels than
+  # the ones chosen above (Haswell's on an AVX-512 CPU: libtorch's layer about 1.7x slower on a
+  # Zen 5), and every ratio against it changes.
+  echo "benchmark_libtorch.sh: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE from the environment;" \
+    "this CPU's best is $best_coretype (unset it, or set it to $best_coretype, for libtorch's" \
+    "best)" >&2
 fi
 export OPENBLAS_CORETYPE
 export OPENBLAS_THREAD_TIMEOUT="${OPENBLAS_THREAD_TIMEOUT:-4}"
