@@ -15,6 +15,9 @@
 //                                             # 4096: about 5 minutes on 2 CPU cores
 //   benchmark_attention --quick               # n = 512, 1024, k = 128, 1 layer: about 1 minute
 //   benchmark_attention --paper --device cuda # the paper's grid and RoBERTa-base shape
+//
+// The JSON (--json) and the scaling plot (--png) go next to the executable, in the build folder,
+// unless named; results/table3/ keeps the curated summary (examples/summarize_results.py).
 #include <tinyformer/tinyformer.h>
 
 #include "bench_timing.h"
@@ -24,6 +27,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -97,6 +101,14 @@ double peak_mb(const Device& device, const std::function<void()>& call) {
   return mb;
 }
 
+// The folder of this executable (the build folder), where raw output goes by default; the
+// current folder where /proc/self/exe cannot be read.
+std::filesystem::path executable_folder() {
+  std::error_code error;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error ? std::filesystem::path(".") : exe.parent_path();
+}
+
 // Least-squares slope of log(y) against log(x).
 double fitted_exponent(const std::vector<double>& x, const std::vector<double>& y) {
   double mx = 0, my = 0;
@@ -133,7 +145,8 @@ int main(int argc, char** argv) {
   bench::StopRule rule;
   rule.budget_s = 240, rule.min_warmup = 1, rule.max_warmup = 1;
   int reps = 0;
-  std::string json_path = "benchmark_attention.json", png_path = "benchmark_attention_scaling.png";
+  std::string json_path = (executable_folder() / "benchmark_attention.json").string();
+  std::string png_path;  // default: beside the JSON
   app.add_option("--device", device_name, "cpu or cuda");
   app.add_option("--n", ns, "sequence lengths")->delimiter(',');
   app.add_option("--k", ks, "projected sizes")->delimiter(',');
@@ -178,9 +191,15 @@ int main(int argc, char** argv) {
   app.add_flag("--profile", profile,
                "after the timings, print where one forward of each model spends its time "
                "(tinyformer::Profiler)");
-  app.add_option("--json", json_path, "where to write the results");
-  app.add_option("--png", png_path, "where to render the scaling plot (needs gnuplot)");
+  app.add_option("--json", json_path, "where to write the results")->capture_default_str();
+  app.add_option("--png", png_path,
+                 "where to render the scaling plot (needs gnuplot); default: "
+                 "benchmark_attention_scaling.png beside the JSON");
   CLI11_PARSE(app, argc, argv);
+  if (png_path.empty()) {
+    png_path = (std::filesystem::path(json_path).parent_path() / "benchmark_attention_scaling.png")
+                   .string();
+  }
 
   try {
     const Device device = parse_device(device_name);

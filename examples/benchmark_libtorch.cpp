@@ -19,7 +19,8 @@
 //
 // The wrapper script sets the environment libtorch runs best in (OpenBLAS core type, passive
 // OpenMP waiting, tcmalloc); it must be set before the libraries load, so this program only
-// prints what it saw.
+// prints what it saw. The JSON (--json) goes next to the executable, in the build folder, unless
+// named; results/cpu_speed/ keeps the curated summary (examples/summarize_results.py).
 #include <omp.h>
 #include <tinyformer/tinyformer.h>
 
@@ -46,6 +47,14 @@ namespace tf = tinyformer;
 
 namespace {
 
+// The folder of this executable (the build folder), where raw output goes by default; the
+// current folder where /proc/self/exe cannot be read.
+std::filesystem::path executable_folder() {
+  std::error_code error;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error ? std::filesystem::path(".") : exe.parent_path();
+}
+
 struct Options {
   std::vector<std::int64_t> ns = {256, 512, 1024, 2048, 4096};
   std::vector<std::int64_t> ks = {64, 128, 256};
@@ -60,7 +69,7 @@ struct Options {
   std::uint64_t seed = 1234;
   bool forward_only = false, check_only = false, profile = false, bf16 = false;
   double rtol_bf16 = 2e-2;
-  std::string json_path = "benchmark_libtorch.json";
+  std::string json_path = (executable_folder() / "benchmark_libtorch.json").string();
   std::string export_dir;  // --export: write the cases for another framework, then exit
   bool export_float64 = false, ours_only = false;
   bool probe = true;  // bench::core_probe around every timed job
@@ -1019,7 +1028,7 @@ int main(int argc, char** argv) {
   app.add_option("--rtol64", o.rtol64,
                  "the same for float64 outputs and gradients (input and parameters)");
   app.add_option("--seed", o.seed);
-  app.add_option("--json", o.json_path, "where to write the results");
+  app.add_option("--json", o.json_path, "where to write the results")->capture_default_str();
   app.add_flag("--forward-only", o.forward_only, "time the forward pass only");
   app.add_flag("--bf16", o.bf16,
                "time tinyformer in mixed precision (nn::MixedPrecision: bfloat16 products with "

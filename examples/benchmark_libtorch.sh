@@ -4,6 +4,9 @@
 #
 #   examples/benchmark_libtorch.sh [path/to/benchmark_libtorch] [its flags...]
 #
+# The program writes its JSON next to itself (the build folder) unless --json names a file;
+# examples/summarize_results.py cpu_speed turns it into results/cpu_speed/'s CSV and summary.
+#
 # - OPENBLAS_CORETYPE: the OpenBLAS kernels. SkylakeX is the best on a CPU with AVX-512; on an
 #   AVX2-only CPU (AMD EPYC/Zen, Intel before Skylake-SP) it dies of an illegal instruction, so
 #   the default here is SkylakeX only where /proc/cpuinfo lists avx512f, else Haswell. Set it

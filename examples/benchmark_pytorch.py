@@ -7,7 +7,8 @@ benchmark_libtorch.cpp: h = LN(x + Attn(x)), y = LN(h + FF(h)), ReLU, dropout 0;
 one E [k, n] shared by keys, values and heads), loads tinyformer's weights and checks that it
 computes tinyformer's output and gradients. Then, unless --check-only, it times forward
 (inference_mode) and forward+backward (the input requires grad, loss sum(y * r)) in float32 and
-under bfloat16 autocast, taking turns, and writes JSON.
+under bfloat16 autocast, taking turns, and writes JSON (--json; by default
+DIR/benchmark_pytorch.json, beside the cases).
 
     python benchmark_pytorch.py --cases DIR [--threads 2] [--reps 5] [--json out.json]
     python benchmark_pytorch.py --cases DIR --check-only     # exits 1 on disagreement
@@ -244,8 +245,12 @@ def main():
                         "under torch.profiler: the ops that take the time (to set against "
                         "benchmark_libtorch --profile of the same case)")
     parser.add_argument("--quiet", action="store_true", help="no environment printout")
-    parser.add_argument("--json", default="benchmark_pytorch.json")
+    parser.add_argument("--json", help="where to write the results (default: "
+                        "benchmark_pytorch.json in the --cases directory, which "
+                        "benchmark_libtorch --export wrote)")
     args = parser.parse_args()
+    if args.json is None:
+        args.json = os.path.join(args.cases, "benchmark_pytorch.json")
 
     torch.set_num_threads(args.threads)
     try:

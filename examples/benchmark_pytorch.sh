@@ -18,13 +18,15 @@
 # given) and nothing preloaded: its wheel brings its own MKL, oneDNN and OpenMP runtime. The PyTorch environment
 # comes from --venv, else $TINYFORMER_TORCH_VENV, else ~/.cache/tinyformer/venv-torch (where
 # examples/setup_pytorch_venv.sh installs it), else python3 if torch imports there.
-# Everything lands in --out (default benchmark_pytorch_results): the exported cases, each
-# round's JSON from both programs, and summary.json with the table's numbers.
+# Everything lands in --out (default: benchmark_pytorch_results/ in the folder of the
+# benchmark_libtorch binary, the build folder): the exported cases, each round's JSON from both
+# programs, and summary.json with the table's numbers (examples/summarize_results.py cpu_speed
+# turns it into results/cpu_speed/'s CSV and summary).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 rounds=5 ns=256,512,1024,2048,4096 ks=64,128,256 threads=2 reps=5 warmup=2 batch=4
-out=benchmark_pytorch_results binary="" venv="" tf_bf16=0
+out="" binary="" venv="" tf_bf16=0
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) ns=256,512 ks=64,128 rounds=2 reps=3 warmup=1 ;;
@@ -39,7 +41,7 @@ while [ $# -gt 0 ]; do
     --binary) binary=$2; shift ;;
     --venv) venv=$2; shift ;;
     --tinyformer-bf16) tf_bf16=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "benchmark_pytorch.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -58,6 +60,9 @@ if [ -z "$binary" ] || [ ! -x "$binary" ]; then
   echo "benchmark_pytorch.sh: no benchmark_libtorch binary found; pass --binary" \
     "(it is built where Debian's libtorch-dev is installed)" >&2
   exit 2
+fi
+if [ -z "$out" ]; then
+  out=$(dirname "$binary")/benchmark_pytorch_results
 fi
 
 python=""

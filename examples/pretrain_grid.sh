@@ -9,21 +9,24 @@
 # table gives the mean, the standard deviation and the range of the final validation perplexity,
 # and the PNG the seed-averaged loss curves:
 #
-#   bash examples/pretrain_grid.sh              # results/pretrain_grid.md, .png, runs in
-#                                               # results/pretrain_grid/ (75 minutes, 2 cores)
+#   bash examples/pretrain_grid.sh              # build/pretrain_grid.md, .png, runs in
+#                                               # build/pretrain_grid/ (75 minutes, 2 cores)
 #   STEPS=300 SEEDS="1 2" bash examples/pretrain_grid.sh   # a quick look
 #   CELLS="full mean-k32" bash examples/pretrain_grid.sh   # some cells only
 #
 # A run that finished is not run again; one that was interrupted resumes from its checkpoint.
-# Environment: TINYFORMER_BUILD_DIR (default build), RESULTS (default results), STEPS, SEQ_LEN,
-# SEEDS (default "1 2 3"), JOBS (runs at a time, default 2), THREADS (per run; default: the cores
-# divided among the jobs), CELLS, and EXTRA (more flags for every run, e.g. "--device cuda").
+# Environment: TINYFORMER_BUILD_DIR (default build), RESULTS (where the table, the plot and the
+# runs go; default: the build folder), STEPS, SEQ_LEN, SEEDS (default "1 2 3"), JOBS (runs at a
+# time, default 2), THREADS (per run; default: the cores divided among the jobs), CELLS, and
+# EXTRA (more flags for every run, e.g. "--device cuda"). results/pretrain_grid/ keeps the
+# curated table and figure: examples/summarize_results.py pretrain_grid RESULTS/pretrain_grid
+# --name grid --out results/pretrain_grid, and the PNG copied there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 build=${TINYFORMER_BUILD_DIR:-build}
 train_mlm=$build/examples/train_mlm
-results=${RESULTS:-results}
+results=${RESULTS:-$build}
 runs=$results/pretrain_grid
 steps=${STEPS:-3000}
 seq_len=${SEQ_LEN:-128}
