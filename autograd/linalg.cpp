@@ -206,10 +206,9 @@ constexpr std::int64_t kTallMaxRows = 128;
 // a gets (b g^T)^T, so the gradient reaching the untransposed tensor is contiguous; so does a
 // matrix of at most kTallMaxRows rows and at least twice as many columns (E at k = 64 or 128
 // against n >= 2k), whose gradient is then a transposed view: the products run with K rows and M
-// columns, the orientation GEMMs run faster there (batch 4 of [M, 256] x [256, K] on oneDNN,
-// AVX-512, 2 threads: M = 64 10% faster, up to 50% when the machine's memory is contended; at
-// M = 256 the two tie and the transposed view's copy into the parameter's gradient would be a
-// loss; docs/matmul.md).
+// columns, the orientation GEMMs run faster there. With more rows the two orientations tie and
+// the transposed view's copy into the parameter's gradient would be a loss (benchmark_ops --quick
+// times both orientations at k = 64, rows "matmul E grad"; docs/matmul.md).
 Tensor shared_left_gradient(const Tensor& g, const Tensor& b, bool a_column_major,
                             DType out_dtype) {
   if (b.dim() < 4 || !rows_first_in_place(select(b, 0, 0))) return Tensor();

@@ -166,7 +166,8 @@ TF_HOST_DEVICE inline float exp_poly(float x) {
 }
 
 // exp_poly(x) for x <= 0 or NaN, the same bits, without the overflow test: softmax's
-// exp(x - max(x)), which a third of its time otherwise goes to (Zen 5, AVX-512).
+// exp(x - max(x)) is never positive, and the exponential is much of a softmax row's work
+// (fused attention's rows run it: benchmark_attention --quick --profile, row "attention").
 TF_HOST_DEVICE inline float exp_poly_nonpositive(float x) {
   const float xc = x < kExpMin ? kExpMin : x;
   const float y = exp_poly_in_range(xc);

@@ -63,9 +63,9 @@ namespace tinyformer::cpu {
 namespace {
 
 // Query rows per block: 256, so that each GEMM of a block is large enough to run near the
-// library's best rate (measured, Zen 5, n = 1024 and 4096: blocks of 16 to 128 rows were 2-10%
-// slower per layer), while a block of scores ([256, m]: 1 MiB at m = 1024) stays in the cache
-// hierarchy (L2, or L3 for long rows) between the products and softmax.
+// library's best rate (smaller blocks make the layer slower), while a block of scores ([256, m]:
+// 1 MiB at m = 1024) stays in the cache hierarchy (L2, or L3 for long rows) between the products
+// and softmax. benchmark_attention --quick --profile shows the attention op's time in the layer.
 constexpr std::int64_t kBlockRows = 256, kMinBlockRows = 32;
 
 // C = beta C for a product over K = 0: zeros for beta 0, whatever C held before.
@@ -199,12 +199,10 @@ struct PackedOperand {
 // in L2 when its softmax (forward) or dS (backward) runs right after its product.
 constexpr std::int64_t kGroupRows = 24;
 
-// From this many keys on, the AVX-512 path runs (above). Below, the probabilities of all
-// matrices fit the caches and oneDNN's sgemm over a block of rows, which packs its operands,
-// was faster (measured, Zen 5, 16 matrices of 64-wide heads, 4096 query rows, alternating calls:
-// forward 3.45 against 4.7 ms at 64 keys, 6.4 against 7.4 at 128, 11.7 against 12.9 at 256; 256
-// and 512 rows of as many keys 10% and 4% faster); from 1024 keys on, the AVX-512 path is the
-// faster (forward 4% at 1024 keys, 6-10% at 2048 and 4096; backward 1-4% at 4096).
+// From this many keys on, the AVX-512 path runs (above), the faster one there. Below, the
+// probabilities of all matrices fit the caches and oneDNN's sgemm over a block of rows, which
+// packs its operands, is the faster (benchmark_libtorch --n 256 1024 4096 --profile shows the
+// attention ops' time on either side; docs/attention.md).
 constexpr std::int64_t kMinKeysGrouped = 1024;
 
 // Row i of the scaled scores, in place: -inf where excluded (attention_excluded), then softmax.
@@ -336,14 +334,14 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
   // Rows [r0, r0 + r) of matrix b: dS into `block` ([r, m]; 0 past the keys the rows may
   // attend to, where P is 0) and grad_query.
   // dP and grad_query by the AVX-512 kernels from rows of kMinKeysGrouped keys on, where the
-  // probabilities of all matrices outgrow the caches and prefetching them pays (measured, Zen 5:
-  // dP through the kernel at n = 512 1-2% slower, at n = 4096 5% faster).
+  // probabilities of all matrices outgrow the caches and prefetching them pays; with fewer keys
+  // oneDNN's product is as fast or faster (benchmark_libtorch --profile, "attention_backward").
   const PackedOperand<T> packed_value(Layout::nt, v, vo, ldv, s, s.dv, threads,
                                       s.m >= kMinKeysGrouped);
   const PackedOperand<T> packed_key(Layout::nn, k, ko, ldk, s, s.d, threads, packed_value.used());
   // dS a row at a time on AVX-512 (the dot product in four chains): the portable loop's single
-  // chain bounded the pass (measured, Zen 5, [4, 4, n, 64] heads: the backward 10-13% faster at
-  // n = 256 to 4096).
+  // chain bounds the pass at any number of keys (benchmark_libtorch --profile,
+  // "attention_backward").
   const bool avx512_ds = std::is_same_v<T, float> && avx512::available();
   const auto ds_rows = [&](std::size_t b, std::int64_t r0, std::int64_t r, T* block) {
     const T* pb = p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m;
@@ -401,14 +399,14 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
     // A matrix per item: grad_key and grad_value gather each block's share while its dS and P
     // are in cache, and dS never reaches memory. They gather transposed, grad_key^T [d, m] +=
     // query[rows]^T dS and grad_value^T [dv, m] += grad[rows]^T P, in scratch, and are transposed
-    // into place once at the end: a product whose output is [m, 64] (transposed first operand)
-    // runs at about 170 GFLOP/s a core in oneDNN's sgemm, its transpose at about 215 (Zen 5).
+    // into place once at the end: oneDNN's sgemm runs the product with a [64, m] output faster
+    // than the one with an [m, 64] output (transposed first operand).
     // Where the AVX-512 path runs (from kMinKeysGrouped keys on), these two products run on
     // avx512::gemm_tn, which keeps each panel of the sums in L1 across a block's rows and packs
-    // dS and P as its first tile reads them (measured, Zen 5, [4, 4, 4096, 64] heads: about 225
-    // GFLOP/s a core against oneDNN's 190-205 here, the backward 6% faster; at 1024 keys 3%
-    // faster, at 2048 within 1%, at 512 keys 5% slower). Not where oneDNN runs AMX
-    // (dnnl_runs_amx): on the Intel Xeon measured there, oneDNN's sgemm was the faster one.
+    // dS and P as its first tile reads them, as fast as oneDNN's sgemm or faster there; with
+    // fewer keys oneDNN's is the faster. Not where oneDNN runs AMX (dnnl_runs_amx): there
+    // oneDNN's sgemm is the faster one (benchmark_libtorch --profile, "attention_backward";
+    // docs/attention.md).
     // Scratch per thread, allocated here: nothing may throw inside the team.
     const bool own_tn = packed_value.used() && !dnnl_runs_amx();
     const std::int64_t block_elements = std::min(rows, s.n) * s.m;

@@ -192,9 +192,8 @@ TF_AVX512 __attribute__((noinline)) void tile_6x64(std::int64_t k, const float* 
 
 // Register tiles per band of gemm_nt: a band's rows (24) go through each panel of B in turn, so
 // that the panel (16 KiB at k = 64) is read from L2 once and stays in L1 for the band's four
-// tiles, rather than streamed from L2 once per tile (measured, Intel Xeon family 6 model 207, one
-// core, alternating calls: 24 rows x 64 wide against 256 to 4096 keys, 7-9% less time than tile
-// by tile; at 1024 keys 159 against 146 GFLOP/s).
+// tiles, rather than streamed from L2 once per tile, which is slower from 256 keys to 4096
+// (benchmark_attention --n 1024,4096 --profile shows the attention op's time in the layer).
 constexpr std::int64_t kBandTiles = 4;
 
 // Rows [i, i + rows) of C, rows <= kBandTiles * kTileRows, panel by panel, and within a panel tile

@@ -23,8 +23,8 @@ dnnl::stream& dnnl_stream();
 // and OS have them and DNNL_MAX_CPU_ISA does not cap them. Computed once.
 bool dnnl_runs_avx512();
 
-// Whether oneDNN's effective ISA is avx512_core_amx (AMX tiles: Intel Xeons from Sapphire Rapids
-// on, unless DNNL_MAX_CPU_ISA caps it). Computed once.
+// Whether oneDNN's effective ISA is avx512_core_amx (the CPU has AMX tiles, and DNNL_MAX_CPU_ISA
+// does not cap them). Computed once.
 bool dnnl_runs_amx();
 
 // oneDNN's element type for a tinyformer dtype; throws naming `op` for float64, int64 and bool,
@@ -68,11 +68,11 @@ struct CachedPrimitive {
 
 // How many threads a product of `work` multiply-adds runs on: all of OpenMP's, or 1 below
 // kDnnlParallelWork. Waking the team costs microseconds, more than a small product takes, and on
-// a busy machine a team barrier can wait milliseconds for a descheduled thread. The count is
-// fixed rather than measured (parallel.h measures it for the passes around the products):
-// oneDNN sizes some products' thread split when they are created (gemm-based matmul does), and
-// a split can change the order of a sum. Primitives that are passes over their elements (layer
-// norm, softmax) take pass_threads().
+// a busy machine a team barrier can wait milliseconds for a descheduled thread. The threshold is
+// a constant, not parallel.h's grain (which follows the wait policy, for the passes around the
+// products): oneDNN sizes some products' thread split when they are created (gemm-based matmul
+// does), and a split can change the order of a sum. Primitives that are passes over their
+// elements (layer norm, softmax) take pass_threads().
 inline constexpr std::int64_t kDnnlParallelWork = std::int64_t{1} << 18;
 int dnnl_threads(std::int64_t work);
 

@@ -157,9 +157,10 @@ void linear_blas(const Tensor& x, const Tensor& weight, const Tensor& bias, Epil
 // kGradBlockRows rows, and columns into tiles of at most kGradTile, by the shape alone; each
 // (block, tile) item sums its columns in T over chains of at most kGradChain rows, each chain
 // added in double to the block's sum, and the blocks' sums are added in double in order, so the
-// bias gradient has the same bits on any number of threads. Sums in double throughout made the
-// pass about 40% slower than an add over the same operands (docs/matmul.md); the chains keep a
-// float32 sum's error that of 128 terms at any number of rows.
+// bias gradient has the same bits on any number of threads. Sums in double throughout would make
+// the pass markedly slower than an add over the same operands (benchmark_libtorch --profile,
+// "linear_backward_epilogue"; docs/matmul.md); the chains keep a float32 sum's error that of 128
+// terms at any number of rows.
 constexpr std::int64_t kGradBlocks = 32, kGradBlockRows = 64, kGradTile = 2048, kGradChain = 128;
 
 // Rows [r0, r1) x columns [c0, c0 + w) of grad (row length n, w <= kGradTile): z = grad *

@@ -1,6 +1,7 @@
 // CpuBackend::matmul: batched matrix products on oneDNN and OpenBLAS, with strided operands passed
 // as they are whenever a GEMM can read them (gemm_operand in matmul.h decides; a copy is made only
-// when it says so). Which library runs which product (docs/matmul.md has the measurements):
+// when it says so). Which library runs which product (benchmark_ops --quick times the products
+// against raw OpenBLAS and oneDNN; docs/matmul.md has the measurements):
 //   float32, batch of one, M*N*K <= 64^3: cblas_sgemm (the lower fixed cost at that size);
 //   float32, larger or batched: one oneDNN matmul primitive for the whole batch, transposes and
 //     batch stride in its memory descriptors, broadcast operands as a batch of one;
@@ -16,7 +17,8 @@
 //     kernel for this CPU (bf16_matmul_native), else float32 products of the widened operands;
 //     a single mixed-precision weight gradient (bfloat16 operands, the first transposed, a
 //     float32 out, M <= 512) on the own kernel where the CPU has AVX512-BF16 but oneDNN does not
-//     run AMX (matmul_tn, avx512::gemm_tn_bf16; with AMX, oneDNN's tiles are 3.5-4.5x faster);
+//     run AMX (matmul_tn, avx512::gemm_tn_bf16; with AMX, oneDNN's tiles run several times
+//     faster);
 //   float32 under set_matmul_precision(bf16), above the small-product size and where the CPU has
 //     bfloat16 instructions (bf16_matmul_fast): both operands rounded to bfloat16, one bfloat16
 //     product with a float32 result (matmul_bf16_operands); elsewhere exact float32.
@@ -210,8 +212,9 @@ void describe4(const Tensor& t, const GemmOperand& entry, Shape& dims, Shape& st
 // (float32 or native bfloat16, no rounding of float32 operands, no transposed-first float32
 // operand below AVX-512), every matrix dim exceeds 1 (no degenerate strides), and the product
 // is not a column-major b with M*N of at least kLargeScores: there (attention's scores Q K^T
-// at n >= 512) oneDNN 2.6's blocked kernel runs 15-30% below its jit GEMM on the entries, except
-// for bfloat16 on AMX, where only the blocked kernel uses the tiles (docs/matmul.md).
+// at n >= 512) oneDNN 2.6's blocked kernel runs below its jit GEMM on the entries, except for
+// bfloat16 on AMX, where only the blocked kernel uses the tiles (benchmark_libtorch --profile
+// shows the scores' product in the layer; docs/matmul.md).
 bool matmul4_on_dnnl(const Tensor& a, const Tensor& b, const Tensor& out) {
   constexpr std::int64_t kLargeScores = std::int64_t{1} << 18;
   const std::int64_t m = out.size(2), n = out.size(3), k = a.size(3);
@@ -282,10 +285,11 @@ bool bf16_matmul_amx() {
 }
 
 // A float32 product out = a^T b of one matrix, a read column-major (a weight gradient g^T x), with
-// out much wider than tall and a long sum: oneDNN 2.6 on AVX-512 runs the other orientation,
-// out^T = b^T a, 10-14% faster there (M = 256, N = 1024, one Zen 5 core pair: K = 4096 394 against
-// 447 GFLOP/s, K = 16384 372 against 420; at K = 2048 the two tie and the transpose does not pay;
-// docs/matmul.md). Such a product is computed that way into scratch and transposed into out.
+// out at least twice as wide as tall and a sum of at least kSwapMinK terms: oneDNN 2.6 on AVX-512
+// runs the other orientation, out^T = b^T a, faster there; with shorter sums the two tie and the
+// transpose does not pay. Such a product is computed that way into scratch and transposed into
+// out (benchmark_libtorch --n 1024 4096 --k 128 --profile shows the product's rate in the
+// layer; docs/matmul.md).
 constexpr std::int64_t kSwapMinK = 4096;
 bool swap_orientation(const GemmInput& pa, const GemmInput& pb, std::int64_t m, std::int64_t k,
                       std::int64_t n) {
@@ -354,8 +358,8 @@ void matmul_tn(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, float
 // matmul_tn: float32, or bfloat16 operands with a float32 out (mixed precision) where the CPU has
 // AVX512-BF16 and oneDNN's bfloat16 kernels are on (bf16_matmul_fast: DNNL_MAX_CPU_ISA turns
 // both off). Neither where oneDNN runs AMX (dnnl_runs_amx): its bfloat16 kernel on the tiles
-// outruns the own kernel's dot products, and its float32 kernel was ahead of the own one there
-// too (docs/matmul.md).
+// outruns the own kernel's dot products, and its float32 kernel is ahead of the own one there too
+// (docs/matmul.md).
 bool tn_on_avx512(const GemmInput& pa, const GemmInput& pb, std::int64_t m, std::int64_t k,
                   std::int64_t n, bool mixed) {
   if (dnnl_runs_amx()) return false;

@@ -4,10 +4,11 @@
 // waits for the last of them. Idle threads spin briefly and then sleep (the library's default,
 // README "Threading"); a region that follows some work on the calling thread alone for longer
 // than that spin, as a pass can follow an op's bookkeeping, finds them asleep and pays for waking
-// them: measured on a 2-core KVM guest (Zen 4), a region with nothing to do took 9-42 us, and a
-// 256 KiB float copy 14-48 us on two threads against 5-8 us on one (docs/threading.md). A pass
-// over n elements gains n * c * (1 - 1/T) from T threads (c: one thread's time per element), so
-// it goes parallel only above n = wake / (c * (1 - 1/T)): the grain.
+// them, which in a virtual machine goes through the hypervisor and can cost more than a short
+// copy takes on one thread (benchmark_ops's section "parallel region after 5 us" shows it;
+// docs/threading.md). A pass over n elements gains n * c * (1 - 1/T) from T threads (c: one
+// thread's time per element), so it goes parallel only above n = wake / (c * (1 - 1/T)): the
+// grain.
 //
 // The grain is fixed for the process, not measured at run time: the wake-up varies several-fold
 // from one moment to the next (with what else runs, and whether a worker has gone to sleep yet),

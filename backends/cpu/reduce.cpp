@@ -102,7 +102,7 @@ A reduce_contiguous(const T* p, std::int64_t n) {
 // visited in increasing order, as a thread visits its items: a step within the innermost dim,
 // or to the start of the next run of it, adds strides; any other jump (a thread's first item)
 // computes the offsets from the index. A division per item would cost more than a short
-// reduction's arithmetic (64-bit divisions take tens of cycles).
+// reduction's arithmetic (a 64-bit division is among the slowest integer instructions).
 class KeptOffsets {
  public:
   explicit KeptOffsets(const StridedLayout& kept) : kept_(kept), index_(kept.sizes.size(), 0) {}

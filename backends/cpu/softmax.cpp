@@ -2,32 +2,26 @@
 // [R, C] tensor.
 //
 // float32 forward: oneDNN's softmax and logsoftmax primitives. Backward, and float64 (which oneDNN
-// lacks): loops, one row per iteration, rows spread over the OpenMP threads. Measured on one
-// thread (CPU time, AVX2, so that other processes on the machine do not blur it):
-//                           loop      oneDNN
-//   [16384, 1024] forward   16.0 ms   14.9 ms   (log-softmax 18.9 ms, 14.9 ms)
-//   [16384, 1024] backward  11.9 ms   118 ms    (log-softmax 14.6 ms, 193 ms)
-//   [512, 1024]   backward  0.11 ms   3.5 ms
-//   [64, 10]      forward   4.4 us    3.0 us
-//   [64, 10]      backward  1.5 us    5.6 us
-// oneDNN 2.6's softmax backward on AVX2 is its reference kernel; the loop is memory-bound. The
-// forward loop is close to oneDNN's but not as fast (its reductions wait on one accumulator), so
-// it serves float64 only. Mixed precision's float32 -> bfloat16 forward has a loop of its own
-// (softmax_rows_to_bfloat16): each row's float32 result stays in L1 and is rounded there, which
-// saves writing the float32 tensor and a rounding pass over it.
+// lacks): loops, one row per iteration, rows spread over the OpenMP threads. oneDNN 2.6's softmax
+// backward on AVX2 is its reference kernel, slower than the loop at every size; the loop is
+// memory-bound. The forward loop is close to oneDNN's but not as fast (its reductions wait on one
+// accumulator), so it serves float64 only. benchmark_ops --quick compares both directions with
+// oneDNN's (rows "softmax" and "softmax_backward"). Mixed precision's float32 -> bfloat16 forward
+// has a loop of its own (softmax_rows_to_bfloat16): each row's float32 result stays in L1 and is
+// rounded there, which saves writing the float32 tensor and a rounding pass over it.
 //
 // Mixed precision (fused attention under autocast): the forward may round its float32 result
 // into a bfloat16 out, and the backward may read a bfloat16 y and write a bfloat16 out; both
-// compute in float32. Measured on 2 threads (Zen 4, AVX-512), [16384, 1024]: oneDNN's float32
-// forward and a rounding pass 7.7 + 1.9 ms, the bfloat16-writing loop 5.7 ms; backward float32
-// 5.5 ms, with bfloat16 y and out 2.6 ms. The bfloat16-writing forward computes each row with
-// softmax_row (AVX-512's exponential where the CPU has it) into a float32 row in L1 and rounds
-// from there: on Zen 5, [4096, 256] (bfloat16 attention at n = 256) 0.27 -> 0.16 ms against the
-// loop with math::exp. On AVX-512 the scaling and the rounding run in one vectorized pass
-// (avx512::softmax_row_bf16), and the backward from a bfloat16 y a row at a time
-// (avx512::softmax_grad_row_bf16): the portable loops, compiled for the baseline x86-64, round
-// four lanes at a time (measured, Intel Xeon family 6 model 207, 2 threads, [16384, 4096]:
-// forward 82 -> 56 ms, backward 88 -> 46 ms).
+// compute in float32. The bfloat16-writing loop takes less time than oneDNN's float32 forward and
+// a rounding pass, and the backward with a bfloat16 y and out less than in float32: the passes
+// are memory-bound, and a bfloat16 tensor has half the bytes. The bfloat16-writing forward
+// computes each row with softmax_row (AVX-512's exponential where the CPU has it, rather than
+// math::exp) into a float32 row in L1 and rounds from there. On AVX-512 the scaling and the
+// rounding run in one vectorized pass (avx512::softmax_row_bf16), and the backward from a
+// bfloat16 y a row at a time (avx512::softmax_grad_row_bf16): the portable loops, compiled for the
+// baseline x86-64, round only four lanes at a time. benchmark_libtorch --bf16 --profile shows
+// these passes' time in the mixed-precision encoder layer (rows "softmax" and
+// "softmax_backward").
 #include <omp.h>
 
 #include <algorithm>
@@ -84,8 +78,9 @@ void softmax_rows(const T* x, T* y, std::int64_t rows, std::int64_t cols, bool l
 }
 
 // *p = v, rounded to nearest even where D is bfloat16 (v then float). The bits are written
-// directly: assigning a constructed bfloat16 keeps GCC from vectorizing the loops (measured: the
-// softmax forward and backward of [16384, 1024] 2.5x and 3x slower).
+// directly: assigning a constructed bfloat16 keeps GCC from vectorizing the loops, which then
+// run several times slower (benchmark_libtorch --bf16 --profile, rows "softmax" and
+// "softmax_backward").
 template <typename D, typename V>
 void store(D* p, V v) {
   if constexpr (std::is_same_v<D, bfloat16>) {

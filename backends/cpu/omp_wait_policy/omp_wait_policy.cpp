@@ -9,8 +9,10 @@
 // A worker that spins long (libgomp's own default, about 300,000 pauses: milliseconds) takes the
 // time slices of any other program that wants the core. Spinning for about the wake-up's cost and
 // then sleeping bounds both: it never wastes more than the wake-up it might save (the rule of
-// spin-then-block waiting). kBriefSpin pause instructions took 24 us on an AMD Zen 5 core (24 ns
-// each, measured; a pause's length differs between CPUs), against the 9-42 us wake-up measured.
+// spin-then-block waiting). kBriefSpin is the count of pause instructions that lasts about as
+// long as one wake-up; a pause's length differs between CPUs, so the match is approximate.
+// benchmark_ops's section "parallel region after 5 us" shows what a wake-up costs
+// (docs/threading.md).
 //
 // libgomp reads its variables once, in its own initializer, so a constructor inside
 // libtinyformer (which needs libgomp, and is therefore initialized after it) is too late, and so
