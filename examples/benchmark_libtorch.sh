@@ -12,7 +12,7 @@
 #   the default here is SkylakeX only where /proc/cpuinfo lists avx512f, else Haswell. Set it
 #   yourself to override; a value other than that default is kept, with a warning.
 # - OpenMP waiting: left to libtinyformer's default (idle threads spin briefly, then sleep;
-#   README "Threading"), which applies to libtorch too: one process, one OpenMP runtime.
+#   docs/threading.md), which applies to libtorch too: one process, one OpenMP runtime.
 #   OMP_WAIT_POLICY or GOMP_SPINCOUNT, when set, override it for both.
 #   OPENBLAS_THREAD_TIMEOUT=4: OpenBLAS's own idle threads sleep soon as well.
 # - tcmalloc (apt-get install libtcmalloc-minimal4) preloaded as the allocator: libtorch

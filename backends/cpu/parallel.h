@@ -2,7 +2,7 @@
 //
 // A parallel region wakes the team's idle threads and ends at a barrier where the calling thread
 // waits for the last of them. Idle threads spin briefly and then sleep (the library's default,
-// README "Threading"); a region that follows some work on the calling thread alone for longer
+// docs/threading.md); a region that follows some work on the calling thread alone for longer
 // than that spin, as a pass can follow an op's bookkeeping, finds them asleep and pays for waking
 // them, which in a virtual machine goes through the hypervisor and can cost more than a short
 // copy takes on one thread (benchmark_ops's section "parallel region after 5 us" shows it;

@@ -7,16 +7,22 @@
 //   -->
 //
 // The comment opens a line. Its header names the CSV file (or a folder of them), relative to the
-// page, and the default printf format. Each further line is a piece of the page's text in which
-// every {...} stands for a value of the file; the line, its values filled in, must occur in the
-// page outside the comments (runs of white space, line breaks included, compare as one space). A
-// value is
+// page as its links are (README.md names results/table3/h200.csv, docs/performance.md
+// ../results/table3/h200.csv), and the default printf format. Each further line is a piece of the
+// page's text in which every {...} stands for a value of the file; the line, its values filled in,
+// must occur in the page outside the comments (runs of white space, line breaks included, compare
+// as one space). A value is
 //
 //   {COLUMN KEY=VALUE ...}        the column of the one row whose KEY columns read VALUE
 //                                 (KEY=A,B: either); no KEY: the file's last row
-//   {min COLUMN ...}, {max ...}   the least or greatest over the matching rows
+//   {min COLUMN ...}, {max ...}   the least or greatest over the matching rows (no KEY: all)
+//   {range COLUMN ...}            "MIN-MAX" over the matching rows, or the one value when both
+//                                 round alike (a table's "1.25-1.27" beside its "0.93")
 //   {each COLUMN ...}             every matching row, which must all round to the same text
+//   ... COLUMN,COLUMN ...         the values of both columns (a range over a run and its
+//                                 rerun); without min, max or range they must round alike
 //   ... in FILE                   from FILE (relative to the header's folder) instead
+//   ... abs                       the absolute value ({max abs ...}: "agree within")
 //   ... x100                      times 100 (a percentage)
 //   ... %.2f                      rounded with this format instead of the header's (f, g or e)
 //
@@ -142,34 +148,37 @@ struct Block {
 // One {...}: its value as the page should print it, or nothing after reporting why not.
 std::optional<std::string> evaluate(const std::string& spec, const Block& block,
                                     const std::string& where, std::set<fs::path>& used) {
-  std::string aggregate = "one", column, format = block.format;
+  std::string aggregate = "one", columns, format = block.format;
   std::optional<fs::path> file = block.csv_file;
   std::vector<std::pair<std::string, std::vector<std::string>>> selectors;
   double scale = 1;
+  bool absolute = false;
   std::istringstream in(spec);
   std::vector<std::string> tokens;
   for (std::string token; in >> token;) tokens.push_back(token);
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::string& token = tokens[i];
     const auto equals = token.find('=');
-    if (i == 0 && (token == "min" || token == "max" || token == "each")) {
+    if (i == 0 && (token == "min" || token == "max" || token == "range" || token == "each")) {
       aggregate = token;
     } else if (token == "in" && i + 1 < tokens.size()) {
       file = block.base / tokens[++i];
+    } else if (token == "abs") {
+      absolute = true;
     } else if (token == "x100") {
       scale = 100;
     } else if (token.front() == '%') {
       format = token;
     } else if (equals != std::string::npos) {
       selectors.emplace_back(token.substr(0, equals), split(token.substr(equals + 1), ','));
-    } else if (column.empty()) {
-      column = token;
+    } else if (columns.empty()) {
+      columns = token;
     } else {
       problem(where, "{" + spec + "}: what is \"" + token + "\"?");
       return std::nullopt;
     }
   }
-  if (column.empty() || !file) {
+  if (columns.empty() || !file) {
     problem(where, "{" + spec + "}: needs a column and a file (the header's, or \"in FILE\")");
     return std::nullopt;
   }
@@ -190,8 +199,12 @@ std::optional<std::string> evaluate(const std::string& spec, const Block& block,
     }
     return static_cast<std::size_t>(it - csv->header.begin());
   };
-  const auto value_column = index_of(column);
-  if (!value_column) return std::nullopt;
+  std::vector<std::size_t> value_columns;
+  for (const std::string& column : split(columns, ',')) {
+    const auto value_column = index_of(column);
+    if (!value_column) return std::nullopt;
+    value_columns.push_back(*value_column);
+  }
   std::vector<std::pair<std::size_t, std::vector<std::string>>> tests;
   for (const auto& [key, values] : selectors) {
     const auto key_column = index_of(key);
@@ -199,7 +212,7 @@ std::optional<std::string> evaluate(const std::string& spec, const Block& block,
     tests.emplace_back(*key_column, values);
   }
   std::vector<const std::vector<std::string>*> rows;
-  if (tests.empty()) {
+  if (tests.empty() && aggregate == "one") {
     rows.push_back(&csv->rows.back());
   } else {
     for (const auto& row : csv->rows) {
@@ -217,24 +230,29 @@ std::optional<std::string> evaluate(const std::string& spec, const Block& block,
   }
   std::vector<double> values;
   for (const auto* row : rows) {
-    const std::string& cell = (*row)[*value_column];
-    char* end = nullptr;
-    const double value = std::strtod(cell.c_str(), &end);
-    if (cell.empty() || *end != '\0' || !std::isfinite(value)) {
-      problem(where, "{" + spec + "}: \"" + cell + "\" in " + path.string() + " is not a number");
-      return std::nullopt;
+    for (const std::size_t value_column : value_columns) {
+      const std::string& cell = (*row)[value_column];
+      char* end = nullptr;
+      const double value = std::strtod(cell.c_str(), &end);
+      if (cell.empty() || *end != '\0' || !std::isfinite(value)) {
+        problem(where, "{" + spec + "}: \"" + cell + "\" in " + path.string() + " is not a number");
+        return std::nullopt;
+      }
+      values.push_back((absolute ? std::fabs(value) : value) * scale);
     }
-    values.push_back(value * scale);
   }
-  if (aggregate == "min")
-    return format_value(*std::min_element(values.begin(), values.end()), format);
-  if (aggregate == "max")
-    return format_value(*std::max_element(values.begin(), values.end()), format);
+  const auto [least, greatest] = std::minmax_element(values.begin(), values.end());
+  if (aggregate == "min") return format_value(*least, format);
+  if (aggregate == "max") return format_value(*greatest, format);
+  if (aggregate == "range") {
+    const std::string low = format_value(*least, format), high = format_value(*greatest, format);
+    return low == high ? low : low + "-" + high;
+  }
   const std::string first = format_value(values.front(), format);
   for (const double value : values) {
     if (format_value(value, format) != first) {
       problem(where, "{" + spec + "}: the matching rows differ (" + first + ", " +
-                         format_value(value, format) + "): quote a range with min and max");
+                         format_value(value, format) + "): quote their range");
       return std::nullopt;
     }
   }
@@ -324,6 +342,7 @@ int check_page(const fs::path& page, std::set<fs::path>& used) {
       if (line.empty()) continue;
       const std::string where = page.string() + ": \"" + line + "\"";
       std::string filled, pattern;
+      std::vector<std::string> figures;
       bool ok = true;
       int values = 0;
       for (std::size_t at = 0;;) {
@@ -341,7 +360,8 @@ int check_page(const fs::path& page, std::set<fs::path>& used) {
         const auto value = evaluate(line.substr(open + 1, close - open - 1), block, where, used);
         ok = ok && value.has_value();
         filled += value.value_or("?");
-        pattern += "(-?[0-9]+(?:[.,][0-9]+)*)";
+        figures.push_back(value.value_or("?"));
+        pattern += "(-?[0-9]+(?:[.,][0-9]+)*(?:-[0-9]+(?:[.,][0-9]+)*)?)";  // a number or range
         ++values;
         at = close + 1;
       }
@@ -352,14 +372,24 @@ int check_page(const fs::path& page, std::set<fs::path>& used) {
       }
       checked += values;
       if (contains_figure(visible, filled)) continue;
-      // What the page says instead: the same text with other numbers.
+      // What the page says instead: the same text with other numbers; where several texts are
+      // (a table's cells, which may share their edges), the one with most numbers of the data.
       const std::regex other(pattern);
       std::string says;
-      for (auto it = std::sregex_iterator(visible.begin(), visible.end(), other);
-           it != std::sregex_iterator() && says.empty(); ++it) {
-        if (stands_alone(visible, static_cast<std::size_t>(it->position()),
-                         static_cast<std::size_t>(it->length())))
-          says = it->str();
+      std::size_t most_shared = 0;
+      std::smatch match;
+      for (auto from = visible.cbegin(); std::regex_search(from, visible.cend(), match, other);
+           from = match[0].first + 1) {
+        if (!stands_alone(visible, static_cast<std::size_t>(match[0].first - visible.cbegin()),
+                          static_cast<std::size_t>(match.length())))
+          continue;
+        std::size_t shared = 0;
+        for (std::size_t v = 0; v < figures.size(); ++v)
+          if (match[v + 1].str() == figures[v]) ++shared;
+        if (says.empty() || shared > most_shared) {
+          says = match.str();
+          most_shared = shared;
+        }
       }
       if (!says.empty()) {
         problem(page.string(), "the page says \"" + says + "\", the data \"" + filled + "\"");

@@ -1,7 +1,6 @@
 // libtinyformer_omp_wait_policy: sets GOMP_SPINCOUNT to a brief spin, unless the user set it or
 // OMP_WAIT_POLICY, before libgomp reads its environment: an idle OpenMP worker spins for about as
-// long as waking it from sleep would cost, then sleeps (README, "Threading"; docs/threading.md
-// has the measurements).
+// long as waking it from sleep would cost, then sleeps (docs/threading.md has the measurements).
 //
 // Why a brief spin. A worker that sleeps at once (passive waiting) is woken at the start of the
 // next parallel region, which in a virtual machine goes through the hypervisor and costs tens of
