@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake
+  build-essential cmake ninja-build
   libdnnl-dev ocl-icd-opencl-dev    # oneDNN; its CMake package asks for OpenCL
   libopenblas-openmp-dev            # OpenBLAS built with OpenMP: one thread pool with oneDNN
   doctest-dev nlohmann-json3-dev    # tests, and the PyTorch reference fixtures they read

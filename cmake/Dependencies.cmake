@@ -19,6 +19,7 @@ endif()
 
 add_library(tinyformer_deps_cpu INTERFACE)
 add_library(tinyformer::deps_cpu ALIAS tinyformer_deps_cpu)
-target_include_directories(tinyformer_deps_cpu INTERFACE ${TINYFORMER_CBLAS_INCLUDE})
+# A system directory: its headers' C99 _Complex typedefs are not our code's to warn about.
+target_include_directories(tinyformer_deps_cpu SYSTEM INTERFACE ${TINYFORMER_CBLAS_INCLUDE})
 target_link_libraries(tinyformer_deps_cpu INTERFACE DNNL::dnnl ${TINYFORMER_OPENBLAS}
   ${TINYFORMER_LAPACK} OpenMP::OpenMP_CXX)

@@ -22,6 +22,7 @@ class TokenEncoder : public Module {
                PositionEncoding positions = PositionEncoding::learned);
   Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask = {});
   std::string type_name() const override { return "TokenEncoder"; }
+  std::int64_t vocab_size() const { return vocab_size_; }
 
   std::shared_ptr<Embedding> token_embedding;
   std::shared_ptr<LearnedPositionalEncoding> learned_positions;  // or

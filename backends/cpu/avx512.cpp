@@ -6,8 +6,10 @@
 
 // GCC 12 reports the intrinsics' own _mm512_undefined_ps() (the unused lanes of an unmasked
 // conversion or reduction) as (maybe) uninitialized where they are inlined here.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 #include "backends/cpu/dnnl_context.h"
 #include "core/math.h"

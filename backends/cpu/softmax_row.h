@@ -11,12 +11,21 @@
 
 namespace tinyformer::cpu {
 
-// The largest of x[0, n); -inf for n = 0.
+// The largest of x[0, n), NaNs left out; -inf for n = 0 or a row of -inf and NaN alone.
 template <typename T>
 T row_max(const T* x, std::int64_t n) {
+  constexpr T lowest = std::numeric_limits<T>::lowest();
   T m = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : m)
   for (std::int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  // OpenMP starts each lane of a max reduction at the type's least value, which clang takes to be
+  // lowest() and GCC -inf. A lane that met only -inf and NaN keeps that start, so lowest() is the
+  // maximum only if some element is lowest(); otherwise every element was -inf or NaN.
+  if (m == lowest) {
+    bool seen = false;
+    for (std::int64_t i = 0; i < n && !seen; ++i) seen = x[i] == lowest;
+    if (!seen) m = -std::numeric_limits<T>::infinity();
+  }
   return m;
 }
 

@@ -131,7 +131,7 @@ TEST_CASE("autocast: the guard nests, float32 turns it off, and the state is res
     CHECK(autocast_dtype() == DType::bfloat16);
   }
   CHECK(!autocast_dtype());
-  CHECK_THROWS_AS(AutocastGuard(DType::float64), Error);
+  CHECK_THROWS_AS(AutocastGuard{DType::float64}, Error);
 }
 
 TEST_CASE("autocast: matmul equals the explicit bfloat16 product with a float32 result") {

@@ -83,11 +83,11 @@ TEST_CASE("post-accumulate hook: refuses tensors that are not leaves requiring g
   Tensor b = a * 2.0;
   Tensor c = tf::from<double>({1.0}, {1});
   auto noop = [](const Tensor&) {};
-  CHECK_THROWS_WITH_AS(tf::autograd::register_post_accumulate_grad_hook(b, noop),
+  CHECK_THROWS_WITH_AS(static_cast<void>(tf::autograd::register_post_accumulate_grad_hook(b, noop)),
                        doctest::Contains("expected a leaf tensor that requires grad, got a "
                                          "non-leaf tensor"),
                        tf::Error);
-  CHECK_THROWS_WITH_AS(tf::autograd::register_post_accumulate_grad_hook(c, noop),
+  CHECK_THROWS_WITH_AS(static_cast<void>(tf::autograd::register_post_accumulate_grad_hook(c, noop)),
                        doctest::Contains("does not require grad"), tf::Error);
 }
 

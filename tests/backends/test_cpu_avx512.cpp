@@ -561,3 +561,27 @@ TEST_CASE("avx512: the product's row maxima leave NaNs out, as the portable row_
 }
 
 }  // namespace
+
+// The portable row maximum (every CPU, and the float64 rows): NaNs left out, and a row of only
+// -inf and NaN has maximum -inf, whichever start value the compiler's OpenMP max reduction uses.
+TEST_CASE_TEMPLATE("row_max: NaNs left out, -inf for an empty row or one of -inf and NaN", T, float,
+                   double) {
+  constexpr T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
+  constexpr T lowest = std::numeric_limits<T>::lowest();
+  for (const std::int64_t n : {0, 1, 7, 16, 33, 100}) {
+    CAPTURE(n);
+    const auto row_max_of = [n](T fill, std::int64_t at, T value) {
+      std::vector<T> x(static_cast<std::size_t>(n), fill);
+      if (at < n) x[static_cast<std::size_t>(at)] = value;
+      return cpu::row_max(x.data(), n);
+    };
+    CHECK(row_max_of(nan, n, 0) == -inf);
+    CHECK(row_max_of(-inf, n, 0) == -inf);
+    CHECK(row_max_of(nan, n / 2, -inf) == -inf);
+    if (n == 0) continue;
+    CHECK(row_max_of(nan, n / 2, lowest) == lowest);
+    CHECK(row_max_of(-inf, n - 1, lowest) == lowest);
+    CHECK(row_max_of(nan, n - 1, T(-3)) == T(-3));
+    CHECK(row_max_of(T(1), 0, inf) == inf);
+  }
+}

@@ -554,7 +554,9 @@ TEST_CASE("cpu binary matches the reference on every layout pair") {
   for (BinaryOp op : binary_ops) {
     for (DType dtype : {DType::float32, DType::float64, DType::int64}) {
       for (const Shape& shape : kShapes) {
-        for (auto [la, lb] : pairs) {
+        for (const auto& entry : pairs) {
+          const auto& la = std::get<0>(entry);
+          const auto& lb = std::get<1>(entry);
           if (large(shape) && dtype != DType::float32) continue;
           CAPTURE(binary_name(op));
           CAPTURE(dtype);
@@ -631,7 +633,10 @@ TEST_CASE("cpu where picks a or b by a broadcast condition") {
           {Layout::per_row, Layout::contiguous, Layout::scalar},
           {Layout::scalar, Layout::per_row, Layout::contiguous},
           {Layout::per_row, Layout::per_row, Layout::sliced}};
-      for (auto [lc, la, lb] : cases) {
+      for (const auto& entry : cases) {
+        const auto& lc = std::get<0>(entry);
+        const auto& la = std::get<1>(entry);
+        const auto& lb = std::get<2>(entry);
         CAPTURE(dtype);
         CAPTURE(shape_str(shape));
         CAPTURE(layout_name(lc));
@@ -688,7 +693,9 @@ TEST_CASE("cpu reduce matches the reference over every set of dims and layout") 
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::min}) {
     for (DType dtype : {DType::float32, DType::float64, DType::int64}) {
       if (op == ReduceOp::mean && dtype == DType::int64) continue;
-      for (const auto& [shape, dim_sets] : cases) {
+      for (const auto& entry : cases) {
+        const auto& shape = std::get<0>(entry);
+        const auto& dim_sets = std::get<1>(entry);
         for (const Shape& dims : dim_sets) {
           for (Layout layout : kLayouts) {
             if (large(shape) && (dtype != DType::float32 || layout == Layout::sliced)) continue;
@@ -801,7 +808,11 @@ TEST_CASE("cpu max_dim returns the first maximum and its index") {
 
 TEST_CASE("cpu index_select gathers rows from any layout") {
   for (DType dtype : {DType::float32, DType::float64, DType::int64}) {
-    for (auto [v, d, n] : {std::array<std::int64_t, 3>{5, 3, 7}, {50, 1, 40000}, {97, 300, 200}}) {
+    for (const auto& entry :
+         {std::array<std::int64_t, 3>{5, 3, 7}, {50, 1, 40000}, {97, 300, 200}}) {
+      const auto& v = std::get<0>(entry);
+      const auto& d = std::get<1>(entry);
+      const auto& n = std::get<2>(entry);
       for (Layout layout : {Layout::contiguous, Layout::transposed, Layout::sliced}) {
         CAPTURE(dtype);
         CAPTURE(v);
@@ -844,7 +855,11 @@ TEST_CASE("cpu index_select gathers rows from any layout") {
 TEST_CASE("cpu index_add accumulates repeated indices exactly once each") {
   for (DType dtype : kFloating) {
     // Wide rows (split by columns), narrow rows (split by destination rows), and small.
-    for (auto [v, d, n] : {std::array<std::int64_t, 3>{6, 4, 9}, {30, 1000, 300}, {40, 3, 20000}}) {
+    for (const auto& entry :
+         {std::array<std::int64_t, 3>{6, 4, 9}, {30, 1000, 300}, {40, 3, 20000}}) {
+      const auto& v = std::get<0>(entry);
+      const auto& d = std::get<1>(entry);
+      const auto& n = std::get<2>(entry);
       for (Layout layout : {Layout::contiguous, Layout::transposed, Layout::sliced}) {
         CAPTURE(dtype);
         CAPTURE(v);
@@ -884,7 +899,9 @@ TEST_CASE("cpu index_add accumulates repeated indices exactly once each") {
 
 TEST_CASE("cpu nll_loss and its backward, with ignored rows") {
   for (DType dtype : kFloating) {
-    for (auto [n, c] : {std::array<std::int64_t, 2>{5, 3}, {300, 1000}}) {
+    for (const auto& entry : {std::array<std::int64_t, 2>{5, 3}, {300, 1000}}) {
+      const auto& n = std::get<0>(entry);
+      const auto& c = std::get<1>(entry);
       CAPTURE(dtype);
       CAPTURE(n);
       Tensor lp = make_view({n, c}, Layout::contiguous, dtype, 71, -5, 0);

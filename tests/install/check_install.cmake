@@ -54,24 +54,8 @@ if(backend_headers)
   message(FATAL_ERROR "check_install: backend headers were installed: ${backend_headers}")
 endif()
 
-# Each installed header compiles on its own, with the warnings a strict user enables.
-if(CXX)
-  file(GLOB_RECURSE headers RELATIVE ${prefix}/include ${prefix}/include/tinyformer/*.h)
-  list(LENGTH headers count)
-  file(MAKE_DIRECTORY ${WORK_DIR}/headers)
-  foreach(header IN LISTS headers)
-    file(WRITE ${WORK_DIR}/headers/check.cpp "#include <${header}>\n")
-    execute_process(COMMAND ${CXX} -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -Wshadow
-        -Werror -I${prefix}/include -I${prefix}/include/tinyformer ${WORK_DIR}/headers/check.cpp
-      RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
-    if(NOT rc EQUAL 0)
-      message(FATAL_ERROR "check_install: the installed <${header}> does not compile on its "
-        "own:\n${out}")
-    endif()
-  endforeach()
-  message(STATUS "check_install: ${count} installed headers compile on their own: ok")
-endif()
-
+# The outside projects build with one job per core.
+cmake_host_system_information(RESULT jobs QUERY NUMBER_OF_LOGICAL_CORES)
 set(generator_args)
 if(GENERATOR)
   set(generator_args -G ${GENERATOR})
@@ -91,7 +75,8 @@ if(at EQUAL -1)
   message(FATAL_ERROR "check_install: find_package found ${found_dir}, not the package in ${prefix}")
 endif()
 
-run("build examples/cmake_project" ${CMAKE_COMMAND} --build ${consumer} --config ${BUILD_TYPE})
+run("build examples/cmake_project" ${CMAKE_COMMAND} --build ${consumer} --config ${BUILD_TYPE}
+    --parallel ${jobs})
 
 find_program(program gradient_check PATHS ${consumer} ${consumer}/${BUILD_TYPE} NO_DEFAULT_PATH)
 if(NOT program)
@@ -133,18 +118,31 @@ if(ldd)
   endif()
 endif()
 
-# The extension example (a custom feed-forward registered by name) builds against the installed
-# headers alone: a second outside project with examples/custom_layer.cpp as its one source.
+# A second outside project, built in parallel: the extension example (a custom feed-forward
+# registered by name, examples/custom_layer.cpp) against the installed headers alone, and each
+# installed header compiled on its own (one source file per header), with the warnings a strict
+# user enables.
 set(extension ${WORK_DIR}/extension)
-file(MAKE_DIRECTORY ${extension}/src)
+file(GLOB_RECURSE headers RELATIVE ${prefix}/include ${prefix}/include/tinyformer/*.h)
+list(LENGTH headers count)
+set(header_sources)
+foreach(header IN LISTS headers)
+  string(MAKE_C_IDENTIFIER "${header}" name)
+  file(WRITE ${extension}/src/headers/${name}.cpp "#include <${header}>\n")
+  list(APPEND header_sources headers/${name}.cpp)
+endforeach()
+list(JOIN header_sources " " header_sources)
 file(WRITE ${extension}/src/CMakeLists.txt
   "cmake_minimum_required(VERSION 3.25)\n"
   "project(tinyformer_extension LANGUAGES CXX)\n"
   "find_package(tinyformer CONFIG REQUIRED)\n"
   "add_executable(custom_layer ${PROJECT_DIR}/../custom_layer.cpp)\n"
-  "target_link_libraries(custom_layer PRIVATE tinyformer::tinyformer)\n")
-run("configure examples/custom_layer.cpp" ${CMAKE_COMMAND} ${generator_args} -S ${extension}/src
-    -B ${extension}/build -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
-    ${compiler_args})
-run("build examples/custom_layer.cpp" ${CMAKE_COMMAND} --build ${extension}/build
-    --config ${BUILD_TYPE})
+  "target_link_libraries(custom_layer PRIVATE tinyformer::tinyformer)\n"
+  "add_library(installed_headers OBJECT ${header_sources})\n"
+  "target_link_libraries(installed_headers PRIVATE tinyformer::tinyformer)\n"
+  "target_compile_options(installed_headers PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Werror)\n")
+run("configure the extension and the header checks" ${CMAKE_COMMAND} ${generator_args}
+    -S ${extension}/src -B ${extension}/build -DCMAKE_PREFIX_PATH=${prefix}
+    -DCMAKE_BUILD_TYPE=${BUILD_TYPE} ${compiler_args})
+run("build examples/custom_layer.cpp and ${count} installed headers, each on its own"
+    ${CMAKE_COMMAND} --build ${extension}/build --config ${BUILD_TYPE} --parallel ${jobs})

@@ -39,7 +39,9 @@ TEST_CASE("sharing modes on 12 layers x 12 heads give 288, 24, 12 and 1 matrices
                                                            {nn::Sharing::headwise, 24},
                                                            {nn::Sharing::key_value, 12},
                                                            {nn::Sharing::layerwise, 1}};
-  for (auto [sharing, count] : expected) {
+  for (const auto& entry : expected) {
+    const auto& sharing = std::get<0>(entry);
+    const auto& count = std::get<1>(entry);
     CAPTURE(nn::sharing_name(sharing));
     nn::TransformerEncoder enc({.layers = 12,
                                 .d_model = 24,

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "nn/tinyformer.h"
@@ -113,9 +114,11 @@ std::set<double> product_element_sizes(nn::MaskedLM& model, const Tensor& tokens
 TEST_CASE("mixed precision: every product of forward and backward runs in bfloat16") {
   // Full attention (fused and composite) and Linformer attention with its projections, the
   // tied output layer, and every weight gradient dW = g^T x.
-  for (const auto& [attention, fused] :
+  for (const auto& entry :
        {std::pair{nn::AttentionKind::full, true}, std::pair{nn::AttentionKind::full, false},
         std::pair{nn::AttentionKind::linformer, true}}) {
+    const auto& attention = std::get<0>(entry);
+    const auto& fused = std::get<1>(entry);
     manual_seed(14);
     nn::EncoderConfig config = tiny_config();
     config.attention = attention;

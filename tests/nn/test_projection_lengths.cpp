@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "nn/gradcheck_module.h"
@@ -339,7 +340,9 @@ TEST_CASE("conv gets a kernel per head for sharing none; 288, 24, 12 and 1 kerne
                                                            {nn::Sharing::headwise, 24},
                                                            {nn::Sharing::key_value, 12},
                                                            {nn::Sharing::layerwise, 1}};
-  for (auto [sharing, count] : expected) {
+  for (const auto& entry : expected) {
+    const auto& sharing = std::get<0>(entry);
+    const auto& count = std::get<1>(entry);
     CAPTURE(nn::sharing_name(sharing));
     nn::TransformerEncoder enc(
         {.layers = 12,

@@ -688,7 +688,7 @@ TEST_CASE("optimizer state out of range is refused on load, and nothing changes"
     CHECK(fresh_opt.step_count(0) == 0);
     CHECK(fresh_opt.lr() == 0.5);
   };
-  const Tensor huge = scalar_tensor(0.0, {.dtype = kInt64}) + INT64_MAX;
+  const Tensor huge = scalar_tensor(0.0, {.dtype = kInt64}) + static_cast<double>(INT64_MAX);
   save_with("state.0.step", huge);
   expect_refused("\"state.0.step\" must lie in [1, 9007199254740992], got 9223372036854775807");
   save_with("state.0.step", scalar_tensor(0.0, {.dtype = kInt64}));

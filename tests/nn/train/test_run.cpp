@@ -357,7 +357,8 @@ TEST_CASE("TrainingRun checks the step, optimizer counts and generator state of 
     fs::copy_file(good, opts.checkpoint, fs::copy_options::overwrite_existing);
     nn::SafetensorsFile file = nn::load_safetensors(opts.checkpoint);
     for (auto& [name, t] : file.tensors) {
-      if (name == "optim.state.1.step") t = scalar_tensor(0.0, {.dtype = kInt64}) + INT64_MAX;
+      if (name == "optim.state.1.step")
+        t = scalar_tensor(0.0, {.dtype = kInt64}) + static_cast<double>(INT64_MAX);
     }
     nn::save_safetensors(opts.checkpoint, file.tensors, file.metadata);
     Script b;
