@@ -10,7 +10,7 @@ packages=(
   doctest-dev nlohmann-json3-dev    # tests, and the PyTorch reference fixtures they read
   libcli11-dev gnuplot-nox
   libopenmpi-dev openmpi-bin        # distributed training (nn/distributed/) and its 2-rank tests
-  clang libclang-rt-dev libomp-dev  # the fuzzing stage: clang, its libFuzzer runtime, its OpenMP
+  clang libclang-rt-dev libomp-dev  # the sanitizer build: clang, its libFuzzer runtime, its OpenMP
 )
 
 missing=()

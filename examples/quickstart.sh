@@ -29,4 +29,6 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTINYFORMER_CUDA="$cuda"
 cmake --build "$build" -j "${JOBS:-$(nproc)}" --target hello_autograd train_mlm
 "$build/examples/hello_autograd"
 echo
-"$build/examples/train_mlm" --log train_mlm.csv --plot train_mlm.png
+# Its log, plot and checkpoint go to the build folder, beside the programs.
+cd "$build"
+./examples/train_mlm --log train_mlm.csv --plot train_mlm.png
