@@ -26,10 +26,47 @@ void GradMode::set_enabled(bool enabled) {
 
 namespace autograd {
 
+namespace {
+// What save() noted since the last record() on this thread.
+thread_local std::vector<SavedVersion> pending_saves;
+
+// The notes of the tensors still held: a save whose op threw before record() left a note whose
+// tensor is gone with the op's locals.
+std::vector<SavedVersion> take_pending_saves() {
+  std::vector<SavedVersion> saved;
+  for (SavedVersion& s : pending_saves) {
+    if (!s.tensor.expired()) saved.push_back(std::move(s));
+  }
+  pending_saves.clear();
+  return saved;
+}
+}  // namespace
+
+void note_saved(const Tensor& t) {
+  if (t.defined()) pending_saves.push_back({t.impl_ptr(), t.version()});
+}
+
+Tensor save(const Tensor& t) {
+  if (!t.defined()) return t;
+  Tensor saved = t.detach();
+  note_saved(saved);
+  return saved;
+}
+
 std::vector<Tensor> Node::apply(const Tensor& grad) {
   TF_CHECK(backward_ != nullptr, "backward: the graph through '", name_,
            "' was already freed by an earlier backward; pass retain_graph = true to the first "
            "backward to run backward twice");
+  for (const SavedVersion& s : saved_) {
+    const auto impl = s.tensor.lock();
+    if (impl == nullptr) continue;
+    const Tensor t(impl);
+    TF_CHECK(t.version() == s.version, "backward: a tensor that '", name_,
+             "' saved for its backward (", t.dtype(), " ", shape_str(t.shape()),
+             ") was modified in place after the forward: it is at version ", t.version(),
+             ", saved at version ", s.version,
+             "; run the backward before changing it, or change a clone()");
+  }
   return backward_(grad);
 }
 
@@ -146,6 +183,7 @@ std::shared_ptr<Node> gradient_sink(const Tensor& t) {
 
 Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs,
               BackwardFn backward) {
+  std::vector<SavedVersion> saved = take_pending_saves();
   if (!needs_grad(inputs)) return out;
   std::vector<Edge> edges;
   edges.reserve(inputs.size());
@@ -153,8 +191,8 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs,
     edges.push_back({gradient_sink(in), in.defined() ? in.shape() : Shape{}});
   }
   // Under autocast the backward runs under the same dtype (autograd/autocast.h).
-  out.impl()->grad_fn =
-      std::make_shared<Node>(name, std::move(edges), autocast_backward(std::move(backward)));
+  out.impl()->grad_fn = std::make_shared<Node>(
+      name, std::move(edges), autocast_backward(std::move(backward)), std::move(saved));
   out.impl()->requires_grad = true;
   return out;
 }

@@ -102,6 +102,22 @@ std::optional<Tensor> columns_folded(const Tensor& t, std::int64_t nb, std::int6
                          {outer > 1 ? *outer_stride : 0, row_stride, 1}, t.offset());
 }
 
+// Whether the entries of t's first dim lie apart in memory: its stride reaches past the last
+// element of entry 0 (what a backend's batch loop over [B1, B2, M, N] outs relies on).
+bool entries_disjoint(const Tensor& t) {
+  std::int64_t extent = 1;  // elements from an entry's first to its last, inclusive
+  for (std::int64_t d = 1; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
+  return t.size(0) <= 1 || t.stride(0) >= extent;
+}
+
+// t: [B1, B2, ...] as [B2, B1, ...], a view.
+Tensor transpose_batch(const Tensor& t) {
+  Shape shape = t.shape(), strides = t.strides();
+  std::swap(shape[0], shape[1]);
+  std::swap(strides[0], strides[1]);
+  return raw::as_strided(t, shape, strides, t.offset());
+}
+
 // out = a @ b with a: [batch..., M, K], b: [batch..., K, N] (the same batch dims) into out:
 // [batch..., M, N] (row-major matrices, any batch strides); no graph.
 void product_into(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -110,6 +126,15 @@ void product_into(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (out.numel() == 0) return;
   if (k == 0) {
     raw::fill(out, 0.0);  // a sum over nothing
+    return;
+  }
+  // Rows no GEMM writes in place (the columns not adjacent, or rows overlapping): the product
+  // goes to a contiguous buffer first.
+  const std::int64_t m = out.size(-2);
+  if ((n > 1 && out.stride(-1) != 1) || (m > 1 && out.stride(-2) < n)) {
+    const Tensor dense = empty(out.shape(), out.options());
+    product_into(a, b, dense);
+    raw::copy(dense, out);
     return;
   }
   Backend& be = backend(a.device());
@@ -149,8 +174,16 @@ void product_into(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (nb >= 2 &&
       (batch_dims_split(a, nb) || batch_dims_split(b, nb) || !collapsed_stride(out, nb))) {
     if (nb == 2) {
-      be.matmul(a, b, out);
-      return;
+      // The backend walks the first batch dim with one stride over whole entries: the outer dim
+      // goes first (heads reshaped inside a projection may put the inner one there).
+      if (entries_disjoint(out)) {
+        be.matmul(a, b, out);
+        return;
+      }
+      if (entries_disjoint(transpose_batch(out))) {
+        be.matmul(transpose_batch(a), transpose_batch(b), transpose_batch(out));
+        return;
+      }
     }
     for (std::int64_t i = 0; i < a.size(0); ++i) {
       product_into(entry(a, i), entry(b, i), entry(out, i));
@@ -211,7 +244,7 @@ constexpr std::int64_t kTallMaxRows = 128;
 // times both orientations at k = 64, rows "matmul E grad"; docs/matmul.md).
 Tensor shared_left_gradient(const Tensor& g, const Tensor& b, bool a_column_major,
                             DType out_dtype) {
-  if (b.dim() < 4 || !rows_first_in_place(select(b, 0, 0))) return Tensor();
+  if (b.dim() < 4 || b.numel() == 0 || !rows_first_in_place(select(b, 0, 0))) return Tensor();
   const Tensor gw = rows_first_each(g);  // [B, M, inner*N]
   const Tensor bw = rows_first_each(b);  // [B, K, inner*N]
   const std::int64_t m = g.size(-2), k = b.size(-2);

@@ -26,23 +26,39 @@ struct Edge {
 // Given the gradient of the output, returns one gradient per input (undefined where none).
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad)>;
 
+// A tensor an op saved for its backward (save(), below) and its storage's version then.
+struct SavedVersion {
+  std::weak_ptr<TensorImpl> tensor;
+  std::uint64_t version = 0;
+};
+
 class Node {
  public:
-  Node(std::string name, std::vector<Edge> inputs, BackwardFn backward)
-      : name_(std::move(name)), inputs_(std::move(inputs)), backward_(std::move(backward)) {}
+  Node(std::string name, std::vector<Edge> inputs, BackwardFn backward,
+       std::vector<SavedVersion> saved = {})
+      : name_(std::move(name)),
+        inputs_(std::move(inputs)),
+        backward_(std::move(backward)),
+        saved_(std::move(saved)) {}
   virtual ~Node() = default;
 
   const std::string& name() const { return name_; }
   const std::vector<Edge>& inputs() const { return inputs_; }
 
+  // Runs the backward function, after checking that no tensor it saved changed in place since
+  // the forward (an Error naming the op otherwise).
   virtual std::vector<Tensor> apply(const Tensor& grad);
   // Frees what the backward function saved; a later apply() throws.
-  virtual void release() { backward_ = nullptr; }
+  virtual void release() {
+    backward_ = nullptr;
+    saved_.clear();
+  }
 
  private:
   std::string name_;
   std::vector<Edge> inputs_;
   BackwardFn backward_;
+  std::vector<SavedVersion> saved_;
 };
 
 // The sink of a leaf tensor: adds the incoming gradient into the leaf's .grad(), then runs the
@@ -67,10 +83,13 @@ class AccumulateGrad : public Node {
 // that reads the leaf); the node of a non-leaf; null for a tensor that needs no gradient.
 std::shared_ptr<Node> gradient_sink(const Tensor& t);
 
-// Saved copies hold the data but no history, so a node never keeps its own output alive.
-inline Tensor save(const Tensor& t) {
-  return t.defined() ? t.detach() : t;
-}
+// A tensor saved for a backward: a copy of the handle that holds the data but no history, so a
+// node never keeps its own output alive. Its storage's version is noted, and the node that the
+// next record() on this thread creates checks it before its backward runs: an op saves its
+// tensors, then records its node.
+Tensor save(const Tensor& t);
+// Notes t (a handle the backward keeps) as save() does, without making a copy.
+void note_saved(const Tensor& t);
 
 // True when grad mode is on and any input requires a gradient.
 bool needs_grad(const std::vector<Tensor>& inputs);

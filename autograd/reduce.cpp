@@ -3,6 +3,7 @@
 // dropped. Backward broadcasts the gradient back over the reduced dims as a stride-0 view.
 #include "autograd/reduce.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -128,8 +129,10 @@ Tensor var(const Tensor& x, const Shape& dims_in, bool unbiased, bool keepdim) {
   std::int64_t count = 1;
   for (std::int64_t d : dims) count *= x.size(d);
   Tensor centered = x - mean(x, dims, /*keepdim=*/true);
-  // count - 1 = 0 gives 0 / 0 = NaN for a single element, as PyTorch does.
-  return sum(centered * centered, dims, keepdim) / static_cast<double>(count - (unbiased ? 1 : 0));
+  // The divisor is max(0, count - correction), as PyTorch's: a single element (unbiased) and an
+  // empty reduction give 0 / 0 = NaN.
+  const std::int64_t divisor = std::max<std::int64_t>(0, count - (unbiased ? 1 : 0));
+  return sum(centered * centered, dims, keepdim) / static_cast<double>(divisor);
 }
 
 // The largest element; its (first) position receives the gradient.

@@ -31,7 +31,9 @@ std::int64_t wrap_dim(const Tensor& x, std::int64_t dim, const char* op) {
 // node on it leaves x's own history alone).
 Tensor alias(const Tensor& x, const Shape& shape, const Shape& strides, std::int64_t offset,
              const char* op) {
-  return raw::as_strided(x, shape, strides, offset, op);
+  Tensor view = raw::as_strided(x, shape, strides, offset, op);
+  view.impl()->is_view = true;
+  return view;
 }
 
 // Replaces one -1 in `shape` by the size that makes the element count `numel`.

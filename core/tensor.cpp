@@ -7,6 +7,8 @@
 #include <iomanip>
 #include <new>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/checked.h"
@@ -59,6 +61,16 @@ const std::shared_ptr<Storage>& Tensor::storage() const {
 bool Tensor::is_sole_owner() const {
   return impl_ != nullptr && impl_.use_count() == 1 &&
          (impl_->storage == nullptr || impl_->storage.use_count() == 1);
+}
+
+std::uint64_t Tensor::version() const {
+  check_defined("version");
+  return impl_->storage == nullptr ? 0 : impl_->storage->version();
+}
+
+void Tensor::bump_version() const {
+  check_defined("bump_version");
+  if (impl_->storage != nullptr) impl_->storage->bump_version();
 }
 
 bool Tensor::is_contiguous() const {
@@ -144,6 +156,10 @@ Tensor& Tensor::requires_grad_(bool on) {
            "requires_grad_: expected a leaf tensor, got the output of an op (use detach() first)");
   impl_->requires_grad = on;
   return *this;
+}
+
+bool Tensor::is_view() const {
+  return impl_ != nullptr && impl_->is_view;
 }
 
 bool Tensor::is_leaf() const {
@@ -418,10 +434,57 @@ Tensor expand(const Tensor& t, const Shape& shape, const char* op) {
   return as_strided(t, shape, strides, t.offset(), op);
 }
 
+namespace {
+
+// The bytes [first, last] that t's elements span in its storage (t not empty; strides >= 0).
+std::pair<std::int64_t, std::int64_t> byte_span(const Tensor& t) {
+  std::int64_t last = t.offset();
+  for (std::int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  const auto size = static_cast<std::int64_t>(element_size(t.dtype()));
+  return {t.offset() * size, (last + 1) * size - 1};
+}
+
+// Whether two elements of t share an address: a dim of stride 0 and size > 1 (an expanded view),
+// or dims whose strides interleave (as_strided's overlapping windows).
+bool self_overlapping(const Tensor& t) {
+  std::vector<std::int64_t> dims;
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.push_back(d);
+  }
+  std::sort(dims.begin(), dims.end(),
+            [&](std::int64_t x, std::int64_t y) { return t.stride(x) < t.stride(y); });
+  // Each stride must step past the last element that the dims of smaller strides reach.
+  std::int64_t reach = 0;  // the largest offset the dims so far reach
+  for (std::int64_t d : dims) {
+    if (t.stride(d) <= reach) return true;
+    reach += (t.size(d) - 1) * t.stride(d);
+  }
+  return false;
+}
+
+}  // namespace
+
 void copy(const Tensor& src, const Tensor& dst) {
   TF_CHECK(src.shape() == dst.shape(), "copy: expected equal shapes, got ", shape_str(src.shape()),
            " into ", shape_str(dst.shape()));
   if (src.numel() == 0) return;
+  // As PyTorch: a destination whose elements share memory has no defined result, and a source
+  // that overlaps the destination would be read after parts of it were written.
+  TF_CHECK(!self_overlapping(dst), "copy: expected a destination whose elements do not share ",
+           "memory, got shape ", shape_str(dst.shape()), " with strides ", shape_str(dst.strides()),
+           " (an expanded view); copy into a contiguous tensor");
+  if (src.storage() == dst.storage() && src.device() == dst.device()) {
+    if (src.offset() == dst.offset() && src.strides() == dst.strides() &&
+        src.dtype() == dst.dtype()) {
+      return;  // the same elements: nothing to do
+    }
+    const auto [src_first, src_last] = byte_span(src);
+    const auto [dst_first, dst_last] = byte_span(dst);
+    TF_CHECK(src_last < dst_first || dst_last < src_first,
+             "copy: the source and the destination overlap in memory (views of one storage ",
+             "whose elements may coincide); copy from src.clone() instead");
+  }
+  dst.bump_version();
   if (src.device() == dst.device()) {
     backend(src.device()).copy(src, dst);
     return;
@@ -460,7 +523,9 @@ Tensor to_device(const Tensor& t, Device device) {
 }
 
 void fill(const Tensor& t, double value) {
-  if (t.numel() > 0) backend(t.device()).fill(t, value);
+  if (t.numel() == 0) return;
+  t.bump_version();
+  backend(t.device()).fill(t, value);
 }
 
 void set_data(const Tensor& dst, const Tensor& src) {

@@ -68,6 +68,12 @@ class Tensor {
   // Same storage, no autograd history (the result never requires grad).
   Tensor detach() const;
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  // The version counter of the storage (PyTorch's `_version`): how many in-place changes it has
+  // had. In-place methods, raw::copy and raw::fill into the tensor, and optimizer steps bump it;
+  // code that writes through data_ptr() calls bump_version() itself. A backward refuses to read
+  // a saved tensor whose version moved on since the forward.
+  std::uint64_t version() const;
+  void bump_version() const;
   // True when this handle is the only one to its tensor and no other tensor shares its storage:
   // nothing else can read or write its elements.
   bool is_sole_owner() const;
@@ -113,6 +119,28 @@ class Tensor {
   Tensor sqrt() const;
   Tensor abs() const;
 
+  // --- In-place methods (defined in autograd/inplace.cpp), PyTorch's trailing underscore ---
+  // Each changes this tensor's elements and bumps its version. The operand broadcasts to this
+  // tensor's shape and has its dtype and device (copy_ converts both). Under grad mode, when this
+  // tensor or the operand requires grad:
+  //  - a leaf that requires grad is refused: change it under NoGradGuard, as an optimizer does;
+  //  - a view (the result of view, transpose, slice, select, expand, ...) is refused: autograd
+  //    would have to rewrite its base's history (PyTorch does; use the out-of-place op);
+  //  - anything else is recorded: the tensor's history continues through the in-place op, and
+  //    a backward that saved its old value refuses to run (the version counter).
+  const Tensor& copy_(const Tensor& src) const;
+  const Tensor& add_(const Tensor& other, double alpha = 1.0) const;
+  const Tensor& add_(double value) const;
+  const Tensor& sub_(const Tensor& other, double alpha = 1.0) const;
+  const Tensor& mul_(const Tensor& other) const;
+  const Tensor& mul_(double value) const;
+  const Tensor& div_(double value) const;
+  const Tensor& zero_() const;
+  const Tensor& fill_(double value) const;
+  // Whether this tensor is a view made by a view op (it shares its base's storage and layout
+  // rules: in-place changes are seen by the base).
+  bool is_view() const;
+
  private:
   void check_defined(const char* op) const;
   std::shared_ptr<TensorImpl> impl_;
@@ -130,6 +158,7 @@ struct TensorImpl {
   Tensor grad;
   std::shared_ptr<autograd::Node> grad_fn;         // the op that made this tensor
   std::weak_ptr<autograd::Node> grad_accumulator;  // for leaves: where gradients land
+  bool is_view = false;  // made by a view op of autograd/ from another tensor (Tensor::is_view)
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);

@@ -1,6 +1,9 @@
 // Full and Linformer multi-head attention.
 #include "nn/attention.h"
 
+#include <cmath>
+#include <limits>
+
 #include "autograd/ops.h"
 #include "nn/functional.h"
 
@@ -54,8 +57,7 @@ Tensor Attention::attend(const Tensor& query, const Tensor& key, const Tensor& v
                            .training = is_training(),
                            .probs = keep_ ? &probs : nullptr});
   } else {
-    out =
-        functional::scaled_dot_product_attention(query, key, value, excluded_mask, causal, &probs);
+    out = functional::attention(query, key, value, excluded_mask, causal, &probs);
   }
   last_attention_ = keep_ && probs.defined() ? probs.detach() : Tensor();
   return out;
@@ -75,6 +77,69 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor& key_padding_ma
   Tensor excluded;
   if (key_padding_mask.defined()) excluded = key_padding_mask.view({x.size(0), 1, 1, x.size(1)});
   return out_proj->forward(merge_heads(attend(query, key, value, excluded, causal)));
+}
+
+std::pair<Tensor, Tensor> MultiHeadAttention::forward(const Tensor& query_in, const Tensor& key_in,
+                                                      const Tensor& value_in,
+                                                      const AttentionCall& call) {
+  const char* op = "MultiHeadAttention";
+  check_input(query_in, Tensor(), op);
+  check_input(key_in, call.key_padding_mask, op);
+  check_input(value_in, Tensor(), op);
+  const std::int64_t b = query_in.size(0), n = query_in.size(1), m = key_in.size(1);
+  TF_CHECK(key_in.size(0) == b && value_in.size(0) == b && value_in.size(1) == m, op,
+           ": expected key and value [", b, ", m, ", d_model_, "] of one length m, got ",
+           shape_str(key_in.shape()), " and ", shape_str(value_in.shape()));
+  TF_CHECK(!call.is_causal || n == m, op, ": is_causal needs as many queries as keys, got ", n,
+           " and ", m);
+  Tensor query = split_heads(q_proj->forward(query_in));  // [B, H, n, d_head]
+  Tensor key = split_heads(k_proj->forward(key_in));      // [B, H, m, d_head]
+  Tensor value = split_heads(v_proj->forward(value_in));
+  // Excluded keys as one bool mask broadcast to the scores [B, H, n, m].
+  Tensor excluded;
+  if (call.key_padding_mask.defined()) excluded = call.key_padding_mask.view({b, 1, 1, m});
+  Tensor additive;
+  if (call.attn_mask.defined()) {
+    const Tensor& mask = call.attn_mask;
+    const bool boolean = mask.dtype() == DType::boolean;
+    TF_CHECK(boolean || mask.dtype() == query_in.dtype(), op,
+             ": expected an attn_mask of dtype bool (true = excluded) or ", query_in.dtype(),
+             " (added to the scores), got ", mask.dtype());
+    TF_CHECK((mask.shape() == Shape{n, m} || mask.shape() == Shape{b * heads_, n, m}), op,
+             ": expected an attn_mask of shape [", n, ", ", m, "] or [", b * heads_, ", ", n, ", ",
+             m, "] (batch * heads first), got ", shape_str(mask.shape()));
+    const Tensor per_head = mask.dim() == 2 ? mask : mask.view({b, heads_, n, m});
+    if (!boolean) {
+      additive = per_head;
+    } else {
+      excluded = excluded.defined() ? where(excluded, excluded, per_head) : per_head;  // or
+    }
+  }
+  Tensor out, probs;
+  if (!additive.defined()) {
+    const bool keep = keep_;
+    keep_ = keep || call.need_weights;
+    out = attend(query, key, value, excluded, call.is_causal);
+    probs = last_attention_;
+    keep_ = keep;
+    if (!keep) last_attention_ = Tensor();
+  } else {
+    // An additive mask: the composition, with the mask added to the scaled scores.
+    Tensor scores = matmul(query, key.transpose(-2, -1)) /
+                    std::sqrt(static_cast<double>(head_dim_));  // [B, H, n, m]
+    scores = scores + additive;
+    const double minus_inf = -std::numeric_limits<double>::infinity();
+    if (excluded.defined()) scores = masked_fill(scores, excluded, minus_inf);
+    if (call.is_causal) scores = masked_fill(scores, future_mask(n, m, query.device()), minus_inf);
+    probs = softmax(scores, -1);
+    out = matmul_like(dropout(probs, dropout_, is_training()), value, query);
+    if (keep_) last_attention_ = probs.detach();
+  }
+  Tensor weights;
+  if (call.need_weights && probs.defined()) {
+    weights = call.average_attn_weights ? mean(probs, {1}) : probs;
+  }
+  return {out_proj->forward(merge_heads(out)), weights};
 }
 
 std::string MultiHeadAttention::extra_repr() const {

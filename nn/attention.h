@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 
 #include "nn/linear.h"
 #include "nn/module.h"
@@ -49,14 +50,36 @@ class Attention : public Module {
   Tensor last_attention_;
 };
 
+// The arguments of MultiHeadAttention's PyTorch-style call, named as in PyTorch's
+// nn.MultiheadAttention.forward.
+struct AttentionCall {
+  // [B, m], bool, true at padded keys (excluded).
+  Tensor key_padding_mask{};
+  // [n, m] or [B * H, n, m] (PyTorch's layout of per-head masks): bool, true = excluded (the
+  // convention of nn.MultiheadAttention), or of the query's floating dtype, added to the scores.
+  Tensor attn_mask{};
+  bool need_weights = true;          // return the attention weights
+  bool average_attn_weights = true;  // [B, n, m] averaged over the heads, else [B, H, n, m]
+  bool is_causal = false;            // key j > query i excluded (needs n == m)
+};
+
 // Standard attention: every query attends to every (unpadded, and with `causal` every earlier)
 // key. Cost O(n^2) per head.
 class MultiHeadAttention : public Attention {
  public:
   MultiHeadAttention(std::int64_t d_model, std::int64_t heads, double dropout = 0.0,
                      bool fused = true);
+  // Self-attention: query, key and value are all x.
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask = {},
                  bool causal = false) override;
+  // PyTorch's nn.MultiheadAttention call with batch_first = true: query [B, n, d_model] attends
+  // to key [B, m, d_model] with value [B, m, d_model] (cross-attention when they differ).
+  // Returns (output [B, n, d_model], weights): the weights are the attention probabilities after
+  // masking and before dropout, averaged over the heads ([B, n, m]) or per head
+  // ([B, H, n, m]), outside the graph (PyTorch's carry one); undefined unless
+  // call.need_weights.
+  std::pair<Tensor, Tensor> forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const AttentionCall& call = {});
   std::string type_name() const override { return "MultiHeadAttention"; }
   std::string extra_repr() const override;
 };

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <optional>
 
 #include "autograd/ops.h"
 
@@ -32,9 +33,9 @@ Tensor gelu_tanh(const Tensor& x) {
   return 0.5 * x * (1.0 + tanh(inner));
 }
 
-Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
-                                    const Tensor& excluded_mask, bool causal, Tensor* probs_out) {
-  check_attention_inputs("scaled_dot_product_attention", query, key, value, excluded_mask);
+Tensor attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                 const Tensor& excluded_mask, bool causal, Tensor* probs_out) {
+  check_attention_inputs("attention", query, key, value, excluded_mask);
   const double d = static_cast<double>(query.size(-1));
   Tensor scores = matmul(query, key.transpose(-2, -1));  // [..., n, m]
   scores = scores / std::sqrt(d);
@@ -48,6 +49,39 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   if (probs_out) *probs_out = probs;
   // [..., n, dv], laid out like the query: for heads that are a view of a [B, n, H, d] buffer
   // the result is one too, and merging the heads is free.
+  return matmul_like(probs, value, query);
+}
+
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                    std::optional<double> scale) {
+  const char* op = "scaled_dot_product_attention";
+  check_attention_inputs(op, query, key, value, Tensor());
+  TF_CHECK(std::isfinite(dropout_p) && dropout_p >= 0.0 && dropout_p <= 1.0, op,
+           ": expected a dropout_p in [0, 1], got ", dropout_p);
+  TF_CHECK(!scale || std::isfinite(*scale), op, ": expected a finite scale, got ", *scale);
+  Tensor scores = matmul(query, key.transpose(-2, -1));  // [..., n, m]
+  scores = scores * scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
+  const double minus_inf = -std::numeric_limits<double>::infinity();
+  if (attn_mask.defined()) {
+    TF_CHECK(attn_mask.dtype() == DType::boolean || attn_mask.dtype() == query.dtype(), op,
+             ": expected a bool attn_mask (true = takes part) or an additive one of the query's ",
+             "dtype ", query.dtype(), ", got ", attn_mask.dtype());
+    TF_CHECK(attn_mask.device() == query.device(), op, ": expected an attn_mask on ",
+             query.device(), ", got one on ", attn_mask.device());
+    const Shape shape = broadcast_shapes(scores.shape(), attn_mask.shape(), op);
+    TF_CHECK(shape == scores.shape(), op, ": an attn_mask of shape ", shape_str(attn_mask.shape()),
+             " does not broadcast to the scores ", shape_str(scores.shape()));
+    scores = attn_mask.dtype() == DType::boolean
+                 ? where(attn_mask, scores, full({}, minus_inf, scores.options()))
+                 : scores + attn_mask;
+  }
+  if (is_causal) {
+    scores =
+        masked_fill(scores, future_mask(query.size(-2), key.size(-2), query.device()), minus_inf);
+  }
+  Tensor probs = functional::softmax(scores, -1);
+  if (dropout_p > 0.0) probs = dropout(probs, dropout_p, /*training=*/true);
   return matmul_like(probs, value, query);
 }
 

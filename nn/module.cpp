@@ -60,7 +60,26 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
   check_unique(children_, name, "module");
   TF_CHECK(module != nullptr, "Module::register_module: \"", name, "\" is a null pointer");
   TF_CHECK(module.get() != this, "Module::register_module: a module cannot contain itself");
+  TF_CHECK(!module->contains(*this), "Module::register_module: \"", name, "\" (a ",
+           module->type_name(), ") already contains this ", type_name(),
+           ", directly or through its submodules: a module tree cannot have a cycle");
   children_.emplace_back(name, std::move(module));
+}
+
+bool Module::contains(const Module& other) const {
+  // Depth first with a visited list: a module shared by several parents is walked once.
+  std::vector<const Module*> pending{this}, visited;
+  while (!pending.empty()) {
+    const Module* m = pending.back();
+    pending.pop_back();
+    if (std::find(visited.begin(), visited.end(), m) != visited.end()) continue;
+    visited.push_back(m);
+    for (const auto& [name, child] : m->children_) {
+      if (child.get() == &other) return true;
+      pending.push_back(child.get());
+    }
+  }
+  return false;
 }
 
 void Module::collect(const std::string& prefix, bool recurse, bool buffers, StateDict& out,

@@ -42,6 +42,7 @@ class Module : public std::enable_shared_from_this<Module> {
   Tensor register_buffer(const std::string& name, Tensor tensor);
   // Sets the options of this module's parameter `name` (registered already).
   void set_param_options(const std::string& name, const ParamOptions& options);
+  // Refuses a module that contains this one (a cycle would make every walk of the tree endless).
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     add_child(name, module);
@@ -59,6 +60,8 @@ class Module : public std::enable_shared_from_this<Module> {
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
     return children_;
   }
+  // Whether `other` is one of this module's submodules, at any depth.
+  bool contains(const Module& other) const;
   std::int64_t num_parameters() const;
 
   virtual void train(bool on = true);

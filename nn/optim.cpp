@@ -412,7 +412,11 @@ void Adam::update(const Tensor& param, const Tensor& grad, ParamState& state, do
   backend(param.device())
       .adamw_step(p, raw::contiguous(grad), m, v, lr, beta1, beta2, options_.eps, weight_decay,
                   decoupled_, bias_correction1, bias_correction2);
-  if (!p.is_same(param)) raw::copy(p, param);
+  if (p.is_same(param)) {
+    param.bump_version();  // changed in place (raw::copy bumps it otherwise)
+  } else {
+    raw::copy(p, param);
+  }
   // The state changes only once the step has gone through, so a step that throws leaves it as
   // it was.
   state.buffers["exp_avg"] = m;

@@ -1,14 +1,17 @@
 // CpuBackend::softmax and softmax_backward: (log-)softmax over the last dim of a contiguous
 // [R, C] tensor.
 //
-// float32 forward: oneDNN's softmax and logsoftmax primitives. Backward, and float64 (which oneDNN
-// lacks): loops, one row per iteration, rows spread over the OpenMP threads. oneDNN 2.6's softmax
-// backward on AVX2 is its reference kernel, slower than the loop at every size; the loop is
-// memory-bound. The forward loop is close to oneDNN's but not as fast (its reductions wait on one
-// accumulator), so it serves float64 only. benchmark_ops --quick compares both directions with
-// oneDNN's (rows "softmax" and "softmax_backward"). Mixed precision's float32 -> bfloat16 forward
-// has a loop of its own (softmax_rows_to_bfloat16): each row's float32 result stays in L1 and is
-// rounded there, which saves writing the float32 tensor and a rounding pass over it.
+// float32 softmax forward: oneDNN's softmax primitive. Log-softmax, the backward, and float64
+// (which oneDNN lacks): loops, one row per iteration, rows spread over the OpenMP threads. The
+// log-softmax loop computes (x - max) - log(sum), whose maximum's term is exactly 0, so that no
+// log-probability comes out positive (oneDNN's logsoftmax rounds some to small positive values).
+// oneDNN 2.6's softmax backward on AVX2 is its reference kernel, slower than the loop at every
+// size; the loop is memory-bound. The softmax loop is close to oneDNN's but not as fast (its
+// reductions wait on one accumulator), so float32 softmax stays on oneDNN. benchmark_ops --quick
+// compares both directions with oneDNN's (rows "softmax" and "softmax_backward"). Mixed precision's
+// float32 -> bfloat16 forward has a loop of its own (softmax_rows_to_bfloat16): each row's float32
+// result stays in L1 and is rounded there, which saves writing the float32 tensor and a rounding
+// pass over it.
 //
 // Mixed precision (fused attention under autocast): the forward may round its float32 result
 // into a bfloat16 out, and the backward may read a bfloat16 y and write a bfloat16 out; both
@@ -71,9 +74,10 @@ void softmax_rows(const T* x, T* y, std::int64_t rows, std::int64_t cols, bool l
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (std::int64_t i = 0; i < cols; ++i) sum += math::exp(xr[i] - m);
-    const T shift = m + math::log(sum);
+    // (x - m) <= 0 exactly, and the normaliser >= 0: no log-probability is positive.
+    const T lse = log_softmax_normaliser(sum);
 #pragma omp simd
-    for (std::int64_t i = 0; i < cols; ++i) yr[i] = xr[i] - shift;
+    for (std::int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] - m) - lse;
   });
 }
 
@@ -92,7 +96,7 @@ void store(D* p, V v) {
 
 // The float32 forward with its result rounded to bfloat16: softmax's row (softmax_row) goes to a
 // float32 scratch row and is rounded from there, so the rounding sees the float32 probabilities
-// of softmax_row; log-softmax rounds x - (max + log sum). Where the CPU has AVX-512,
+// of softmax_row; log-softmax rounds (x - max) - log sum. Where the CPU has AVX-512,
 // avx512::softmax_row_bf16 scales and rounds in one pass (the same bits).
 // x: [R, C] float32, y: [R, C] bfloat16
 void softmax_rows_to_bfloat16(const float* x, bfloat16* y, std::int64_t rows, std::int64_t cols,
@@ -120,9 +124,9 @@ void softmax_rows_to_bfloat16(const float* x, bfloat16* y, std::int64_t rows, st
       float sum = 0;
 #pragma omp simd reduction(+ : sum)
       for (std::int64_t i = 0; i < cols; ++i) sum += math::exp(xr[i] - m);
-      const float shift = m + math::log(sum);
+      const float lse = log_softmax_normaliser(sum);
 #pragma omp simd
-      for (std::int64_t i = 0; i < cols; ++i) store(yr + i, xr[i] - shift);
+      for (std::int64_t i = 0; i < cols; ++i) store(yr + i, (xr[i] - m) - lse);
     }
   }
 }
@@ -191,8 +195,10 @@ void CpuBackend::softmax(const Tensor& x, bool log, const Tensor& out) {
   if (x.numel() == 0) return;
   if (out.dtype() == DType::bfloat16) {
     softmax_rows_to_bfloat16(x.data<float>(), out.data<bfloat16>(), rows, cols, log);
-  } else if (x.dtype() == DType::float32) {
+  } else if (x.dtype() == DType::float32 && !log) {
     softmax_dnnl(x, log, out, op);
+  } else if (x.dtype() == DType::float32) {
+    softmax_rows(x.data<float>(), out.data<float>(), rows, cols, log);
   } else {
     softmax_rows(x.data<double>(), out.data<double>(), rows, cols, log);
   }

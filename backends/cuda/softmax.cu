@@ -59,11 +59,12 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
       }
     }
     sum = warp_sum(sum);
-    const A shift = m + math::log(sum), inv = A(1) / sum;
+    // (x - m) <= 0 exactly, and the normaliser >= 0: no log-probability is positive.
+    const A lse = log_softmax_normaliser(sum), inv = A(1) / sum;
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int c = lane + 32 * k;
-      if (c < cols) yr[c] = from_acc<Y>(log ? v[k] - shift : v[k] * inv);
+      if (c < cols) yr[c] = from_acc<Y>(log ? (v[k] - m) - lse : v[k] * inv);
     }
   }
 }

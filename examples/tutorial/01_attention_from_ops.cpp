@@ -44,12 +44,12 @@ int main() {
 
   const Tensor ours = attention_by_hand(query, key, value);
   const Tensor fused = fused_attention(query, key, value);
-  const Tensor composed = nn::functional::scaled_dot_product_attention(query, key, value);
+  const Tensor composed = nn::functional::attention(query, key, value);
   std::printf("max |by hand - fused_attention| = %.3g\n", tutorial::max_abs_diff(ours, fused));
   check(tutorial::max_abs_diff(ours, fused) < 1e-5,
         "attention by hand equals fused_attention (float32)");
   check(tutorial::max_abs_diff(ours, composed) < 1e-5,
-        "attention by hand equals nn::functional::scaled_dot_product_attention");
+        "attention by hand equals nn::functional::attention");
 
   // In float64 the two agree to rounding of double precision.
   const Tensor q64 = query.to(kFloat64), k64 = key.to(kFloat64), v64 = value.to(kFloat64);

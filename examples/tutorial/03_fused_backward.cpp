@@ -67,7 +67,7 @@ int main() {
       attention_backward_by_hand(query.detach(), key.detach(), value.detach(), probs, d_out);
   // (c) Autograd through the textbook composition (matmul, division, softmax, matmul).
   for (const Tensor& t : {query, key, value}) t.zero_grad();
-  nn::functional::scaled_dot_product_attention(query, key, value).backward(d_out);
+  nn::functional::attention(query, key, value).backward(d_out);
   const Gradients composed{query.grad(), key.grad(), value.grad()};
 
   const char* names[] = {"dQ", "dK", "dV"};

@@ -51,7 +51,7 @@ TEST_CASE("fused attention equals the textbook composition, forward and backward
     for (bool with_mask : {false, true}) {
       Tensor m = with_mask ? excluded : Tensor();
       Tensor a = fused_attention(query, key, value, m, {.causal = causal});
-      Tensor b = nn::functional::scaled_dot_product_attention(query, key, value, m, causal);
+      Tensor b = nn::functional::attention(query, key, value, m, causal);
       CHECK(max_abs_diff(a, b) < 1e-12);
       Tensor r = randn64({2, 3, 5, 2}, false);
       std::vector<std::vector<double>> grads;
@@ -153,10 +153,8 @@ TEST_CASE("attention masks of the wrong dtype or shape are errors naming the op,
   const std::pair<const char*, Sdpa> forms[] = {
       {"fused_attention", [](const Tensor& q, const Tensor& key, const Tensor& v,
                              const Tensor& m) { return fused_attention(q, key, v, m); }},
-      {"scaled_dot_product_attention",
-       [](const Tensor& q, const Tensor& key, const Tensor& v, const Tensor& m) {
-         return nn::functional::scaled_dot_product_attention(q, key, v, m);
-       }},
+      {"attention", [](const Tensor& q, const Tensor& key, const Tensor& v,
+                       const Tensor& m) { return nn::functional::attention(q, key, v, m); }},
   };
   // Scores [2, 4, 5]: 2 batches, 4 queries, 5 keys.
   Tensor query = randn({2, 4, 3}), key = randn({2, 5, 3}), value = randn({2, 5, 3});
@@ -234,8 +232,8 @@ TEST_CASE("key padding: the module and the functional forms agree, and padded ke
   };
   Tensor fused_probs, composite_probs;
   Tensor by_fused = merge(fused_attention(query, key, value, excluded, {.probs = &fused_probs}));
-  Tensor by_composite = merge(nn::functional::scaled_dot_product_attention(
-      query, key, value, excluded, false, &composite_probs));
+  Tensor by_composite =
+      merge(nn::functional::attention(query, key, value, excluded, false, &composite_probs));
   check_padded_keys_get_nothing(fused_probs);
   check_padded_keys_get_nothing(composite_probs);
   CHECK(max_abs_diff(by_fused, by_composite) < 1e-6);
@@ -381,4 +379,114 @@ TEST_CASE("attention layers keep their probabilities on request") {
   // Rows of probabilities sum to 1.
   auto rows = sum(mha.last_attention(), {-1}).to_vector<float>();
   for (float r : rows) CHECK(r == doctest::Approx(1.0f).epsilon(1e-5));
+}
+
+TEST_CASE("scaled_dot_product_attention follows PyTorch: true takes part, additive masks, scale") {
+  manual_seed(11);
+  const TensorOptions f64{.dtype = DType::float64};
+  const Tensor query = randn({2, 3, 4, 5}, f64), key = randn({2, 3, 6, 5}, f64),
+               value = randn({2, 3, 6, 2}, f64);
+  // Keys 4 and 5 of the second sequence are padding: PyTorch's SDPA mask says which keys take
+  // part (true), tinyformer's excluded mask which do not.
+  std::vector<bool> keep(12, true);
+  keep[10] = keep[11] = false;
+  const Tensor takes_part = from<bool>(keep, {2, 1, 1, 6});
+  const Tensor excluded = eq(takes_part, from<bool>({false}, {1}));
+  const Tensor by_sdpa =
+      nn::functional::scaled_dot_product_attention(query, key, value, takes_part);
+  const Tensor by_attention = nn::functional::attention(query, key, value, excluded);
+  CHECK(max_abs_diff(by_sdpa, by_attention) < 1e-12);
+  // The same mask as an additive one (0 keeps, -inf removes).
+  const Tensor additive =
+      where(takes_part, zeros({}, f64), full({}, -std::numeric_limits<double>::infinity(), f64));
+  CHECK(max_abs_diff(nn::functional::scaled_dot_product_attention(query, key, value, additive),
+                     by_attention) < 1e-12);
+  // is_causal is attention's causal rule; scale replaces 1 / sqrt(d).
+  CHECK(max_abs_diff(nn::functional::scaled_dot_product_attention(query, key, value, {}, 0.0, true),
+                     nn::functional::attention(query, key, value, {}, true)) < 1e-12);
+  CHECK(max_abs_diff(
+            nn::functional::scaled_dot_product_attention(query, key, value, {}, 0.0, false, 1.0),
+            nn::functional::attention(query * std::sqrt(5.0), key, value)) < 1e-12);
+  // dropout_p = 1 drops every probability.
+  CHECK(max_abs_diff(nn::functional::scaled_dot_product_attention(query, key, value, {}, 1.0),
+                     zeros({2, 3, 4, 2}, f64)) == 0.0);
+  // What does not fit is refused, naming the op.
+  CHECK_THROWS_WITH_AS(
+      nn::functional::scaled_dot_product_attention(query, key, value, ones({2, 1, 1, 6})),
+      doctest::Contains("scaled_dot_product_attention: expected a bool attn_mask"), Error);
+  CHECK_THROWS_WITH_AS(
+      nn::functional::scaled_dot_product_attention(query, key, value, takes_part, -0.5),
+      doctest::Contains("dropout_p in [0, 1]"), Error);
+  CHECK_THROWS_WITH_AS(nn::functional::scaled_dot_product_attention(query, key, value,
+                                                                    from<bool>({true, false}, {2})),
+                       doctest::Contains("cannot be broadcast"), Error);
+}
+
+TEST_CASE("MultiHeadAttention's PyTorch-style call: cross-attention, masks and weights") {
+  manual_seed(21);
+  nn::MultiHeadAttention mha(8, 2);
+  mha.to(DType::float64);
+  const Tensor query = randn64({2, 3, 8}, false), memory = randn64({2, 5, 8}, false);
+  // Keys 3 and 4 of the second sequence are padding.
+  const Tensor padding = from<bool>({false, false, false, false, false,  //
+                                     false, false, false, true, true},
+                                    {2, 5});
+
+  // Self-attention through the call equals the self-attention forward.
+  const Tensor x = randn64({2, 5, 8}, false);
+  const auto [self_out, self_weights] = mha.forward(x, x, x, {.key_padding_mask = padding});
+  CHECK(max_abs_diff(self_out, mha.forward(x, padding)) < 1e-12);
+
+  // Cross-attention equals the composition with the module's own projections.
+  const auto [out, weights] = mha.forward(query, memory, memory, {.key_padding_mask = padding});
+  const auto heads = [](const Tensor& t) { return t.view({2, t.size(1), 2, 4}).transpose(1, 2); };
+  Tensor probs;
+  const Tensor by_hand = nn::functional::attention(
+      heads(mha.q_proj->forward(query)), heads(mha.k_proj->forward(memory)),
+      heads(mha.v_proj->forward(memory)), padding.view({2, 1, 1, 5}), false, &probs);
+  const Tensor expected = mha.out_proj->forward(by_hand.transpose(1, 2).reshape({2, 3, 8}));
+  CHECK(out.shape() == Shape{2, 3, 8});
+  CHECK(max_abs_diff(out, expected) < 1e-12);
+  // Averaged weights [B, n, m]: rows sum to 1, padded keys get 0.
+  REQUIRE(weights.shape() == Shape{2, 3, 5});
+  CHECK(max_abs_diff(weights, mean(probs, {1})) < 1e-12);
+  CHECK(max_abs_diff(sum(weights, {-1}), ones({2, 3}, {.dtype = DType::float64})) < 1e-12);
+  CHECK(sum(weights.select(0, 1).slice(1, 3, 5)).item<double>() == 0.0);
+  // Per-head weights, and none when not asked for.
+  const auto per_head =
+      mha.forward(query, memory, memory, {.need_weights = true, .average_attn_weights = false});
+  CHECK(per_head.second.shape() == Shape{2, 2, 3, 5});
+  CHECK(!mha.forward(query, memory, memory, {.need_weights = false}).second.defined());
+
+  // attn_mask: bool true = excluded (nn.MultiheadAttention's convention) equals the additive
+  // mask with -inf there, [n, m] and [B * H, n, m] alike.
+  std::vector<bool> excluded_keys(15, false);
+  excluded_keys[1] = excluded_keys[7] = excluded_keys[14] = true;
+  const Tensor bool_mask = from<bool>(excluded_keys, {3, 5});
+  const Tensor additive = where(
+      bool_mask, full({}, -std::numeric_limits<double>::infinity(), {.dtype = DType::float64}),
+      zeros({}, {.dtype = DType::float64}));
+  const auto by_bool = mha.forward(query, memory, memory, {.attn_mask = bool_mask});
+  const auto by_additive = mha.forward(query, memory, memory, {.attn_mask = additive});
+  CHECK(max_abs_diff(by_bool.first, by_additive.first) < 1e-12);
+  CHECK(max_abs_diff(by_bool.second, by_additive.second) < 1e-12);
+  CHECK(by_bool.second.select(1, 0).select(1, 1).sum().item<double>() == 0.0);
+  const auto by_heads =
+      mha.forward(query, memory, memory, {.attn_mask = bool_mask.expand({4, 3, 5}).contiguous()});
+  CHECK(max_abs_diff(by_bool.first, by_heads.first) < 1e-12);
+
+  // Gradients reach the query, the memory and every projection.
+  CHECK(gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        return mha.forward(in[0], in[1], in[1], {.key_padding_mask = padding}).first;
+      },
+      {randn64({2, 3, 8}), randn64({2, 5, 8})}));
+
+  // What does not fit is refused, naming the module.
+  CHECK_THROWS_WITH_AS(mha.forward(query, memory, randn64({2, 4, 8}, false)),
+                       doctest::Contains("one length m"), Error);
+  CHECK_THROWS_WITH_AS(mha.forward(query, memory, memory, {.attn_mask = ones({3, 5})}),
+                       doctest::Contains("expected an attn_mask of dtype bool"), Error);
+  CHECK_THROWS_WITH_AS(mha.forward(query, memory, memory, {.is_causal = true}),
+                       doctest::Contains("is_causal needs as many queries as keys"), Error);
 }

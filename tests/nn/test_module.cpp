@@ -130,3 +130,27 @@ TEST_CASE("shared tensors are listed once") {
   CHECK(parent.named_parameters().size() == 2);
   CHECK(parent.named_parameters()[0].first == "a.weight");
 }
+
+TEST_CASE("a module tree cannot have a cycle: register_module refuses one at any depth") {
+  auto a = std::make_shared<nn::Module>();
+  auto b = std::make_shared<nn::Module>();
+  auto c = std::make_shared<nn::Module>();
+  a->register_module("b", b);
+  b->register_module("c", c);
+  // c -> a would close a -> b -> c -> a; b -> a would close a -> b -> a.
+  try {
+    c->register_module("a", a);
+    FAIL("a cycle was accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("a module tree cannot have a cycle") != std::string::npos);
+  }
+  CHECK_THROWS_AS(b->register_module("a", a), Error);
+  CHECK(c->named_children().empty());  // nothing was added
+  CHECK(a->state_dict().empty());      // and every walk of the tree ends
+  // A module shared by two parents (no cycle) stays allowed.
+  auto d = std::make_shared<nn::Module>();
+  a->register_module("d", d);
+  b->register_module("d", d);
+  CHECK(a->contains(*d));
+  CHECK(!d->contains(*a));
+}

@@ -575,3 +575,26 @@ TEST_CASE("schedules: exact values at chosen steps") {
   sgd.set_lr(linear.lr_at(6));
   CHECK(sgd.lr() == 0.75);
 }
+
+TEST_CASE("a graph kept across an optimizer step refuses a second backward (the version counter)") {
+  Tensor w = from<double>({1, 2, 3}, {3});
+  w.requires_grad_();
+  nn::optim::SGD opt({w}, {.lr = 0.1});
+  const Tensor y = sum(w * w);
+  y.backward({}, /*retain_graph=*/true);
+  opt.step();
+  try {
+    y.backward();
+    FAIL("a backward through a changed parameter ran");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("modified in place") != std::string::npos);
+  }
+  // The same with AdamW, whose step runs one fused kernel on the parameter.
+  Tensor v = from<double>({1, 2, 3}, {3});
+  v.requires_grad_();
+  nn::optim::AdamW adamw({v});
+  const Tensor z = sum(v * v);
+  z.backward({}, /*retain_graph=*/true);
+  adamw.step();
+  CHECK_THROWS_AS(z.backward(), Error);
+}

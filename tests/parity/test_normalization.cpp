@@ -101,6 +101,38 @@ TEST_CASE("parity: softmax and log_softmax over odd row lengths, forward and bac
   }
 }
 
+TEST_CASE("parity: log_softmax is never positive: extreme and scaled logits, every dtype") {
+  if (!available()) return;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const DType dtype : floating_dtypes()) {
+    for (const double scale : {1.0, 30.0, 1e4}) {
+      // 520 rows of 128: logits up to +-scale, one row [0, -inf, ...] and one of a single
+      // maximum with every other logit far below it.
+      const std::int64_t rows = 520, cols = 128;
+      Tensor host = randn({rows, cols}, {.dtype = DType::float64});
+      std::vector<double> v = host.to_vector<double>();
+      for (double& e : v) e *= scale;
+      for (std::int64_t c = 0; c < cols; ++c) {
+        v[static_cast<std::size_t>(c)] = c == 0 ? 0.0 : -inf;
+        v[static_cast<std::size_t>(cols + c)] = c == 0 ? scale : -scale * 1e3;
+      }
+      const Pair x = on_both(from<double>(v, {rows, cols}), dtype);
+      const Pair y = make_rounded_output({rows, cols}, dtype);
+      dev().softmax(x.dev, true, y.dev);
+      ref().softmax(x.ref, true, y.ref);
+      for (const Tensor& out : {y.dev, y.ref}) {
+        const auto got =
+            raw::to_device(raw::to_dtype(out, DType::float64), Device::cpu()).to_vector<double>();
+        std::int64_t positive = 0;
+        for (double e : got) positive += e > 0.0 ? 1 : 0;
+        CHECK_MESSAGE(positive == 0, "log_softmax ", dtype_name(dtype), " scale ", scale, ": ",
+                      positive, " positive log-probabilities");
+        CHECK_MESSAGE(got[0] == 0.0, "log_softmax ", dtype_name(dtype), " of [0, -inf, ...]");
+      }
+    }
+  }
+}
+
 TEST_CASE("parity: softmax with more rows than the grid has warps") {
   if (!available()) return;
   // 300000 rows of 7 is more than 65536 blocks of 4 warps: the grid-stride loop takes the rest.
