@@ -32,6 +32,7 @@
 #include "nn/data/data.h"
 #include "nn/distributed/data_parallel.h"
 #include "nn/distributed/distributed.h"
+#include "nn/distributed/watchdog.h"
 #include "nn/inspect/attention_maps.h"
 #include "nn/inspect/plot.h"
 #include "nn/inspect/spectrum.h"
