@@ -135,6 +135,11 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_flag("--distributed", f.distributed,
                "One process of a data-parallel job: mpirun -np N <program> ... --distributed "
                "(--batch is the global batch, split over the N processes)");
+  app.add_option("--collective-timeout", f.collective_timeout,
+                 "--distributed: end the job when a process waits this many seconds for the "
+                 "others in a collective (0: never; default: TINYFORMER_COLLECTIVE_TIMEOUT, "
+                 "else 600)")
+      ->check(non_negative());
 }
 
 void add_precision_flag(CLI::App& app, RunFlags& f) {
@@ -333,6 +338,7 @@ DistributedRun::DistributedRun(const RunFlags& f) {
         "--distributed: this build has no MPI, so it cannot train across processes (install "
         "Open MPI: apt-get install libopenmpi-dev openmpi-bin, then configure and build again)");
   }
+  if (f.collective_timeout >= 0) distributed::set_collective_timeout(f.collective_timeout);
   distributed::init();
   enabled_ = true;
   const int n = distributed::world_size();

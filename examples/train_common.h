@@ -66,6 +66,7 @@ struct RunFlags {
   std::string plot;
   std::vector<std::string> compare;
   bool distributed = false;           // one process of an MPI job (mpirun -np N ... --distributed)
+  double collective_timeout = -1;     // seconds; -1: TINYFORMER_COLLECTIVE_TIMEOUT, else 600
   std::string precision = "float32";  // float32 | bf16 (add_precision_flag)
   std::int64_t profile = 0;           // steps to profile, 0: none (add_profile_flag)
 };
@@ -122,7 +123,8 @@ void check_run_flags(const RunFlags& flags);
 Device setup_device(const RunFlags& flags);
 
 // With --distributed, this process's part in a data-parallel job started by
-// `mpirun -np N <program> ... --distributed`: the constructor joins the job (MPI), checks that
+// `mpirun -np N <program> ... --distributed`: the constructor joins the job (MPI, with
+// --collective-timeout as the collectives' timeout when given), checks that
 // --batch (the global batch) splits evenly over the processes, gives each process an equal share
 // of the cores unless --threads or OMP_NUM_THREADS says otherwise, and sends the standard output
 // of every rank but 0 to /dev/null (rank 0 prints for the job; errors still reach stderr from

@@ -30,8 +30,10 @@
 #include "nn/schedule.h"
 // Beside the modules: data utilities, checkpoint and file IO, training helpers, inspection.
 #include "nn/data/data.h"
+#include "nn/distributed/agreement.h"
 #include "nn/distributed/data_parallel.h"
 #include "nn/distributed/distributed.h"
+#include "nn/distributed/watchdog.h"
 #include "nn/inspect/attention_maps.h"
 #include "nn/inspect/plot.h"
 #include "nn/inspect/spectrum.h"

@@ -37,6 +37,19 @@ int local_world_size();
 // Ends the job cleanly (MPI_Finalize) after every process got here; the device communicators
 // go first. Later collectives throw; init() does not start MPI again.
 void shutdown();
+// The collective timeout, in seconds (0: none): a blocking collective below (barrier, broadcast,
+// all_reduce, Work::wait, the scalar ones, and init() and shutdown(), which wait for every
+// process too) that has waited this long for the other processes ends the whole job
+// (MPI_Abort), printing "rank R: <collective> has waited S s for the other processes ...": a
+// process that stopped, or processes that call different collectives, cannot hang a job. A
+// thread started by init() watches; each collective only records its start and end. Unless set
+// here, the timeout is the environment's TINYFORMER_COLLECTIVE_TIMEOUT, else
+// kDefaultCollectiveTimeout (600 s, watchdog.h). Setting it applies at once, before or after
+// init(). Throws Error for a negative or non-finite value, and collective_timeout() and init()
+// for a malformed TINYFORMER_COLLECTIVE_TIMEOUT.
+void set_collective_timeout(double seconds);
+double collective_timeout();
+
 // Prints "rank R: <message>" on stderr and ends every process of the job with `status`
 // (MPI_Abort): for a process that fails while the others may be waiting on it. Without MPI
 // running, exits this process.

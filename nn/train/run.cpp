@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/random.h"
 #include "nn/data/loader.h"
+#include "nn/distributed/agreement.h"
 #include "nn/distributed/distributed.h"
 #include "nn/io/checkpoint.h"
 #include "nn/io/model_file.h"
@@ -70,6 +71,23 @@ bool parse_generator_state(const std::string& state, std::uint64_t& seed, std::u
   return parse_unsigned(begin, begin + space, seed) &&
          parse_unsigned(begin + space + 1, begin + state.size(), offset) &&
          offset <= kMaxGeneratorOffset;
+}
+
+// What every process of a data-parallel job must share: the configuration ("config.lr" as
+// "--lr"), the model's description, the data's identity, the run's length and evaluations, the
+// device type and the default generator (the seed of dropout's masks).
+distributed::Settings shared_settings(const TrainingRunOptions& options, const Metadata& config) {
+  distributed::Settings settings;
+  for (const auto& [key, value] : config) {
+    settings[key.starts_with("config.") ? flag_of(key) : key] = value;
+  }
+  settings["--steps"] = std::to_string(options.steps);
+  settings["--stop-at"] = std::to_string(options.stop_at);
+  settings["--eval-every"] = std::to_string(options.eval_every);
+  settings["--resume"] = options.resume ? "on" : "off";
+  settings["--device"] = options.device.is_cuda() ? "cuda" : "cpu";
+  settings["generator"] = generator_state();
+  return settings;
 }
 
 const char* signal_name(int signal_number) {
@@ -144,7 +162,12 @@ TrainingRun::TrainingRun(TrainingRunOptions options, Module& model, optim::Optim
              " but TrainingRunOptions::model describes a ", model_kind_name(options_.model->kind));
     config_[kModelMetadataKey] = model_description_json(*options_.model);
   }
-  if (options_.resume) resume_from_checkpoint(config_, must_match);
+  // A data-parallel job stops here, on every process, unless all were started alike.
+  distributed::check_agreement(shared_settings(options_, config_));
+  if (options_.resume) {
+    resume_from_checkpoint(config_, must_match);
+    distributed::check_agreement({{"the step of --checkpoint", std::to_string(step_)}});
+  }
 
   if (!options_.log.empty() && primary_) {
     std::vector<std::string> columns = {"step", "epoch", "loss", "lr", "grad_norm"};

@@ -45,7 +45,11 @@
 // background job) stays ignored.
 //
 // Data-parallel runs (distributed::init() before the run; every process builds its own
-// TrainingRun): rank 0 alone writes the log and the checkpoints, all ranks read the checkpoint
+// TrainingRun): the constructor first checks that every process was started alike
+// (distributed::check_agreement: the configuration, the model's description, the data's identity
+// in `config`, steps, stop_at, eval_every, resume, the device type and the seed), and after a
+// resume, at the same step; otherwise it throws the same Error on every process, naming the first
+// difference. Rank 0 alone writes the log and the checkpoints, all ranks read the checkpoint
 // to resume; the step's loss is averaged and its tokens summed over the processes, so the
 // progress bar, the log and the divergence check describe the whole job; and running() asks
 // every process, so that a signal received by one stops them all after the same step.

@@ -1,10 +1,11 @@
 // nn/distributed/distributed.h on MPI's C API: CPU tensors are reduced and broadcast by MPI on a
 // duplicate of MPI_COMM_WORLD whose errors return (and become Errors) instead of aborting;
 // CUDA tensors by the device backend's communicator, built on first use from an id that rank 0
-// makes and MPI broadcasts.
+// makes and MPI broadcasts. Every blocking call runs under the collectives' watchdog.
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "nn/distributed/distributed.h"
+#include "nn/distributed/watchdog.h"
 
 namespace tinyformer::distributed {
 
@@ -34,11 +36,50 @@ struct ProcessState {
   std::terminate_handler previous_terminate = nullptr;
   // One communicator per GPU this process reduces on, by device index.
   std::map<int, std::unique_ptr<DeviceCommunicator>> device_comms;
+  bool timeout_set = false;  // set_collective_timeout() was called
+  // The rank as the watchdog's thread reads it: the launcher's until MPI says.
+  std::atomic<int> shown_rank{0};
 };
 
 ProcessState& state() {
   static ProcessState s;
   return s;
+}
+
+// The rank that the launcher's environment names (for messages before MPI has started); 0 when
+// none does.
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (const char* text = std::getenv(name)) return std::atoi(text);
+  }
+  return 0;
+}
+
+// A collective that waited too long: every process of the job ends, with the reason. This runs
+// on the watchdog's thread while the main thread is blocked inside MPI, so it only prints and
+// aborts.
+Watchdog& watchdog();
+
+void on_collective_timeout(const char* operation, double seconds) {
+  std::fprintf(stderr,
+               "rank %d: %s has waited %.1f s for the other processes of the job (the collective "
+               "timeout is %g s: %s, or a training program's --collective-timeout); one of them "
+               "has stopped or called another collective: ending the job\n",
+               state().shown_rank.load(), operation, seconds, watchdog().timeout(),
+               kCollectiveTimeoutVariable);
+  std::fflush(stderr);
+  int running = 0;
+  int finished = 0;
+  MPI_Initialized(&running);
+  MPI_Finalized(&finished);
+  if (running && !finished) MPI_Abort(MPI_COMM_WORLD, 1);
+  // Before MPI runs (or after it ended), exiting with a failure makes the launcher end the job.
+  std::_Exit(1);
+}
+
+Watchdog& watchdog() {
+  static Watchdog w(on_collective_timeout);
+  return w;
 }
 
 void check_mpi(int code, const char* op, const char* call) {
@@ -96,6 +137,8 @@ MPI_Datatype mpi_type(DType dtype) {
 DeviceCommunicator& device_communicator(ProcessState& s, Device device) {
   auto& comm = s.device_comms[device.index];
   if (!comm) {
+    // The device library's set-up waits until every process has joined.
+    const Watchdog::Scope watched(watchdog(), "the GPU communicator's set-up");
     Backend& b = backend(device);
     std::string id;
     if (s.rank == 0) {
@@ -148,6 +191,10 @@ void init() {
   ProcessState& s = state();
   if (s.initialized) return;
   TF_CHECK(!s.finalized, "init: distributed::shutdown() has ended the job; MPI cannot start again");
+  s.shown_rank = launcher_rank();
+  watchdog().set_timeout(collective_timeout());
+  // MPI's start, the communicators' duplication and split wait for every process.
+  const Watchdog::Scope watched(watchdog(), "init");
   int running = 0;
   TF_MPI_CHECK("init", MPI_Initialized(&running));
   if (!running) {
@@ -159,6 +206,7 @@ void init() {
   TF_MPI_CHECK("init", MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN));
   TF_MPI_CHECK("init", MPI_Comm_rank(s.comm, &s.rank));
   TF_MPI_CHECK("init", MPI_Comm_size(s.comm, &s.size));
+  s.shown_rank = s.rank;
   MPI_Comm node = MPI_COMM_NULL;
   TF_MPI_CHECK("init",
                MPI_Comm_split_type(s.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &node));
@@ -189,9 +237,21 @@ int local_world_size() {
   return is_initialized() ? state().local_size : 1;
 }
 
+void set_collective_timeout(double seconds) {
+  watchdog().set_timeout(seconds);
+  state().timeout_set = true;
+}
+
+double collective_timeout() {
+  return state().timeout_set || state().initialized ? watchdog().timeout()
+                                                    : collective_timeout_from_environment();
+}
+
 void shutdown() {
   ProcessState& s = state();
   if (!s.initialized || s.finalized) return;
+  // MPI_Finalize waits for every process.
+  const Watchdog::Scope watched(watchdog(), "shutdown");
   s.device_comms.clear();
   MPI_Comm_free(&s.comm);
   if (s.owns_mpi) TF_MPI_CHECK("shutdown", MPI_Finalize());
@@ -221,6 +281,7 @@ bool Work::test() {
 
 void Work::wait() {
   if (!state_ || state_->done) return;
+  const Watchdog::Scope watched(watchdog(), "all_reduce");
   TF_MPI_CHECK("all_reduce", MPI_Waitall(static_cast<int>(state_->requests.size()),
                                          state_->requests.data(), MPI_STATUSES_IGNORE));
   state_->finish();
@@ -228,6 +289,7 @@ void Work::wait() {
 
 void barrier() {
   ProcessState& s = require_init("barrier");
+  const Watchdog::Scope watched(watchdog(), "barrier");
   TF_MPI_CHECK("barrier", MPI_Barrier(s.comm));
 }
 
@@ -237,6 +299,7 @@ void broadcast(const Tensor& t, int root) {
   TF_CHECK(root >= 0 && root < s.size, "broadcast: expected a root rank in [0, ", s.size, "), got ",
            root);
   Tensor buffer = t.is_contiguous() ? t : raw::contiguous(t);
+  const Watchdog::Scope watched(watchdog(), "broadcast");
   if (t.device().is_cuda()) {
     device_communicator(s, t.device()).broadcast(buffer, root);
   } else {
@@ -299,6 +362,7 @@ std::string broadcast_string(const std::string& text, int root) {
   ProcessState& s = require_init("broadcast_string");
   TF_CHECK(root >= 0 && root < s.size, "broadcast_string: expected a root rank in [0, ", s.size,
            "), got ", root);
+  const Watchdog::Scope watched(watchdog(), "broadcast_string");
   std::int64_t length = static_cast<std::int64_t>(text.size());
   TF_MPI_CHECK("broadcast_string", MPI_Bcast(&length, 1, MPI_INT64_T, root, s.comm));
   TF_CHECK(length <= INT_MAX, "broadcast_string: expected at most ", INT_MAX, " bytes, got ",
@@ -314,6 +378,7 @@ std::string broadcast_string(const std::string& text, int root) {
 namespace {
 std::int64_t all_reduce_scalar(std::int64_t value, MPI_Op op, const char* name) {
   ProcessState& s = require_init(name);
+  const Watchdog::Scope watched(watchdog(), name);
   std::int64_t out = 0;
   TF_MPI_CHECK(name, MPI_Allreduce(&value, &out, 1, MPI_INT64_T, op, s.comm));
   return out;

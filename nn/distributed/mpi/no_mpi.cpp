@@ -1,10 +1,12 @@
 // nn/distributed/distributed.h in a build without MPI: a single process is a world of one, and
 // anything that would communicate says that the build has no MPI.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
 #include "nn/distributed/distributed.h"
+#include "nn/distributed/watchdog.h"
 
 namespace tinyformer::distributed {
 
@@ -44,6 +46,19 @@ int local_rank() {
 }
 int local_world_size() {
   return 1;
+}
+// A world of one never waits for another process; the setting is kept for what asks for it.
+namespace {
+double g_timeout = -1;  // -1: not set
+}
+void set_collective_timeout(double seconds) {
+  TF_CHECK(std::isfinite(seconds) && seconds >= 0,
+           "collective timeout: expected seconds, a number 0 or more (0: no timeout), got ",
+           seconds);
+  g_timeout = seconds;
+}
+double collective_timeout() {
+  return g_timeout >= 0 ? g_timeout : collective_timeout_from_environment();
 }
 void shutdown() {}
 void abort(std::string_view message, int status) {
