@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -52,7 +53,7 @@ std::vector<std::size_t> parse_counts(const std::string& list) {
     std::size_t value = 0;
     const auto [ptr, ec] = std::from_chars(list.data() + start, list.data() + end, value);
     if (ec != std::errc() || ptr != list.data() + end || value == 0) {
-      throw UsageError("--mass-at " + list +
+      throw UsageError("--mass-at " + nn::flags::quoted(list) +
                        ": expected a comma-separated list of positive counts, e.g. 1,8,32");
     }
     counts.push_back(value);
@@ -72,25 +73,26 @@ std::optional<Options> parse_options(int argc, char** argv) {
   app.add_option("--seq-len", o.seq_len,
                  "The text is cut into sequences of this length (default: the model's longest, "
                  "the training run's --seq-len)")
-      ->check(train::positive());
+      ->check(train::integer(1));
   app.add_option("--seed", o.seed,
                  "Seed of the untrained model's initialisation (default: the checkpoint's "
-                 "training seed, so the untrained model is the trained one at step 0)");
+                 "training seed, so the untrained model is the trained one at step 0)")
+      ->check(train::integer(0, UINT64_MAX));
   app.add_option("--sequences", o.sequences,
                  "At most this many sequences, spread over the text, averaged in the spectra; "
                  "the heat maps show the first")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--mass-at", o.mass_at,
                  "Counts k at which the summary prints the share of the singular-value mass in "
                  "the first k values")
       ->capture_default_str();
   app.add_option("--mark", o.mark, "Index marked in the spectrum plot (0: none)")
-      ->check(train::non_negative())
+      ->check(train::integer(0))
       ->capture_default_str();
   app.add_option("--device", o.device, "cpu or cuda[:N]")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0: OpenMP's default)")
-      ->check(train::non_negative());
+      ->check(train::integer(0, INT_MAX));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

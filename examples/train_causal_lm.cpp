@@ -110,38 +110,38 @@ std::optional<Options> parse_options(int argc, char** argv) {
   app.add_option("--data", o.data, "A text file, or a directory of text files")
       ->capture_default_str();
   app.add_option("--layers", o.layers, "Decoder layers")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--d-model", o.d_model, "Model width")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--heads", o.heads, "Attention heads (must divide --d-model)")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--d-ff", o.d_ff, "Feed-forward width")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--dropout", o.dropout, "Dropout on residual branches and embeddings")
       ->check(train::in_range(0, 0.9))
       ->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "Context length in bytes (the model's max_seq_len)")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--val-fraction", o.val_fraction, "Share of each file held out for validation")
       ->check(train::in_range(0.001, 0.5))
       ->capture_default_str();
   app.add_option("--eval-sequences", o.eval_sequences, "Validation sequences per evaluation")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--prompt", o.prompt, "Text the sample starts from")->capture_default_str();
   app.add_option("--generate", o.generate, "Bytes to generate after training (0: none)")
-      ->check(train::non_negative())
+      ->check(train::integer(0))
       ->capture_default_str();
   app.add_option("--temperature", o.temperature, "Sampling temperature (0: greedy)")
       ->check(train::non_negative())
       ->capture_default_str();
   app.add_option("--top-k", o.top_k, "Sample among the k most likely bytes only (0: all)")
-      ->check(train::in_range(0, ByteTokenizer::vocab_size))
+      ->check(train::integer(0, ByteTokenizer::vocab_size))
       ->capture_default_str();
   train::add_run_flags(app, o.run);
   train::add_profile_flag(app, o.run);

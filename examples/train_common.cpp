@@ -4,7 +4,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -36,6 +38,19 @@ CLI::Validator non_negative() {
 CLI::Validator in_range(double low, double high) {
   return validator(nn::flags::in_range(low, high));
 }
+CLI::Validator integer(std::int64_t low, std::uint64_t high) {
+  const nn::flags::IntegerCheck check = nn::flags::integer(low, high);
+  // The text CLI11 converts afterwards is the plain decimal the check read: CLI11 alone would
+  // read "010" as octal.
+  return CLI::Validator(
+      [check](std::string& text) {
+        std::string canonical;
+        std::string bad = check(text, &canonical);
+        if (bad.empty()) text = canonical;
+        return bad;
+      },
+      check.description);
+}
 
 void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_option("--attention", f.attention,
@@ -44,7 +59,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
       ->check(CLI::IsMember({"full", "linformer"}))
       ->capture_default_str();
   app.add_option("--k", f.k, "Linformer: projected length k, the same in every layer")
-      ->check(positive())
+      ->check(integer(1))
       ->capture_default_str();
   app.add_option("--k-schedule", f.k_schedule,
                  "Linformer: k per layer instead of --k: linear:k0,step,kmin (k_l = max(kmin, "
@@ -70,30 +85,34 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
                  "Linformer, linear kind: E's learning rate as a fraction of --lr")
       ->check(positive())
       ->capture_default_str();
-  app.add_option("--layers", f.layers, "Encoder layers")->check(positive())->capture_default_str();
-  app.add_option("--d-model", f.d_model, "Model width")->check(positive())->capture_default_str();
+  app.add_option("--layers", f.layers, "Encoder layers")->check(integer(1))->capture_default_str();
+  app.add_option("--d-model", f.d_model, "Model width")->check(integer(1))->capture_default_str();
   app.add_option("--heads", f.heads, "Attention heads (must divide --d-model)")
-      ->check(positive())
+      ->check(integer(1))
       ->capture_default_str();
-  app.add_option("--d-ff", f.d_ff, "Feed-forward width")->check(positive())->capture_default_str();
+  app.add_option("--d-ff", f.d_ff, "Feed-forward width")->check(integer(1))->capture_default_str();
   app.add_option("--dropout", f.dropout, "Dropout on residual branches")
       ->check(in_range(0.0, 0.99))
       ->capture_default_str();
   app.add_option("--max-seq-len", f.max_seq_len,
                  "The model's longest sequence (position table, Linformer E); 0: --seq-len")
-      ->check(non_negative())
+      ->check(integer(0))
       ->capture_default_str();
 }
 
 void add_run_flags(CLI::App& app, RunFlags& f) {
-  app.add_option("--steps", f.steps, "Optimizer steps")->capture_default_str();
-  app.add_option("--batch", f.batch, "Sequences per batch")->capture_default_str();
+  app.add_option("--steps", f.steps, "Optimizer steps")
+      ->check(integer(1, kMaxSteps))
+      ->capture_default_str();
+  app.add_option("--batch", f.batch, "Sequences per batch")
+      ->check(integer(1))
+      ->capture_default_str();
   app.add_option("--lr", f.lr,
                  "Peak learning rate (AdamW; linear warm-up, then cosine decay to "
                  "a tenth of it)")
       ->check(positive())
       ->capture_default_str();
-  app.add_option("--warmup", f.warmup, "Warm-up steps")->capture_default_str();
+  app.add_option("--warmup", f.warmup, "Warm-up steps")->check(integer(0))->capture_default_str();
   app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay (matrices only)")
       ->check(non_negative())
       ->capture_default_str();
@@ -103,25 +122,26 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--device", f.device, "cpu or cuda (cuda:1 for a second GPU)")
       ->capture_default_str();
   app.add_option("--seed", f.seed, "Seed of initialisation, data order, masks and dropout")
+      ->check(integer(0, UINT64_MAX))
       ->capture_default_str();
   app.add_option("--threads", f.threads, "CPU threads (0: OMP_NUM_THREADS or every core)")
-      ->check(non_negative())
+      ->check(integer(0, INT_MAX))
       ->capture_default_str();
   app.add_option("--eval-every", f.eval_every, "Evaluate every this many steps (0: at the end)")
-      ->check(non_negative())
+      ->check(integer(0))
       ->capture_default_str();
   app.add_option("--log-every", f.log_every,
                  "Write a CSV row (mean training loss since the last row) every this many steps")
-      ->check(positive())
+      ->check(integer(1))
       ->capture_default_str();
   app.add_option("--checkpoint-every", f.checkpoint_every,
                  "Save a checkpoint every this many steps (0: at every evaluation)")
-      ->check(non_negative())
+      ->check(integer(0))
       ->capture_default_str();
   app.add_option("--stop-at", f.stop_at,
                  "Save a checkpoint and stop after this step, as an interruption would; "
                  "--resume continues")
-      ->check(non_negative());
+      ->check(integer(0, kMaxSteps));
   app.add_option("--checkpoint", f.checkpoint,
                  "Checkpoint file (model, optimizer, data position; written atomically); none "
                  "for no checkpoints")
@@ -151,7 +171,7 @@ void add_profile_flag(CLI::App& app, RunFlags& f) {
                      std::to_string(kProfileAfter) +
                      " of the run) and print them by shape, with the time between ops; "
                      "evaluations and batch preparation are left out")
-      ->check(non_negative())
+      ->check(integer(0))
       ->capture_default_str();
 }
 
@@ -212,21 +232,16 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return parts;
 }
 
-std::int64_t parse_int(const std::string& text, const std::string& what) {
-  std::size_t used = 0;
-  std::int64_t value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) {
-    throw UsageError(what + ": '" + text + "' is not a whole number");
-  }
-  return value;
+// An entry of --k-schedule: a whole number of 0 or more (nn::flags::integer; the schedule's own
+// checks then say what each entry must be), or a UsageError naming the flag.
+std::int64_t parse_int(const std::string& text) {
+  std::string canonical;
+  const std::string bad = nn::flags::integer(0)(text, &canonical);
+  if (!bad.empty()) throw UsageError("--k-schedule: " + bad);
+  return std::stoll(canonical);
 }
 
-double parse_double(const std::string& text, const std::string& what) {
+double parse_double(const std::string& text) {
   std::size_t used = 0;
   double value = 0;
   try {
@@ -234,15 +249,18 @@ double parse_double(const std::string& text, const std::string& what) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != text.size()) throw UsageError(what + ": '" + text + "' is not a number");
+  if (used == 0 || used != text.size()) {
+    throw UsageError("--k-schedule: expected a number, got " + nn::flags::quoted(text));
+  }
   return value;
 }
 
 // --k-schedule: one k per layer.
 std::vector<std::int64_t> k_schedule(const std::string& text, std::int64_t layers) {
+  const std::string shown = nn::flags::quoted(text);
   const std::string usage =
-      "--k-schedule '" + text +
-      "': expected linear:k0,step,kmin, geometric:k0,ratio,kmin or one k per layer such as "
+      "--k-schedule " + shown +
+      ": expected linear:k0,step,kmin, geometric:k0,ratio,kmin or one k per layer such as "
       "128,96,64";
   const auto colon = text.find(':');
   try {
@@ -251,24 +269,22 @@ std::vector<std::int64_t> k_schedule(const std::string& text, std::int64_t layer
       const auto args = split(text.substr(colon + 1), ',');
       if (args.size() != 3) throw UsageError(usage);
       if (rule == "linear") {
-        return nn::k_linear_decay(layers, parse_int(args[0], "--k-schedule"),
-                                  parse_int(args[1], "--k-schedule"),
-                                  parse_int(args[2], "--k-schedule"));
+        return nn::k_linear_decay(layers, parse_int(args[0]), parse_int(args[1]),
+                                  parse_int(args[2]));
       }
       if (rule == "geometric") {
-        return nn::k_geometric_decay(layers, parse_int(args[0], "--k-schedule"),
-                                     parse_double(args[1], "--k-schedule"),
-                                     parse_int(args[2], "--k-schedule"));
+        return nn::k_geometric_decay(layers, parse_int(args[0]), parse_double(args[1]),
+                                     parse_int(args[2]));
       }
       throw UsageError(usage);
     }
   } catch (const tinyformer::Error& e) {
-    throw UsageError("--k-schedule '" + text + "': " + e.what());
+    throw UsageError("--k-schedule " + shown + ": " + e.what());
   }
   std::vector<std::int64_t> ks;
-  for (const std::string& part : split(text, ',')) ks.push_back(parse_int(part, "--k-schedule"));
+  for (const std::string& part : split(text, ',')) ks.push_back(parse_int(part));
   if (static_cast<std::int64_t>(ks.size()) != layers) {
-    throw UsageError("--k-schedule '" + text + "' lists " + std::to_string(ks.size()) +
+    throw UsageError("--k-schedule " + shown + " lists " + std::to_string(ks.size()) +
                      " values for " + std::to_string(layers) +
                      " layers; give one k per layer (--layers)");
   }

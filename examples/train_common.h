@@ -77,6 +77,14 @@ CLI::Validator positive();                         // > 0
 CLI::Validator non_negative();                     // >= 0
 CLI::Validator in_range(double low, double high);  // [low, high]
 
+// Whole-number flags (nn::flags::integer): decimal digits, a '-' only where `low` is negative, a
+// value in [low, high]; nothing wraps or saturates ("--seed -1" and a 300-digit --steps are
+// refused with a short message). CLI11 then reads the plain decimal the check read.
+CLI::Validator integer(std::int64_t low, std::uint64_t high = INT64_MAX);
+
+// The most steps a run may take: an optimizer counts at most this many (a resumed checkpoint's
+// step is checked against it).
+inline constexpr std::int64_t kMaxSteps = nn::optim::Optimizer::kMaxStepCount;
 void add_model_flags(CLI::App& app, ModelFlags& flags);
 void add_run_flags(CLI::App& app, RunFlags& flags);
 // --precision float32 | bf16: bf16 trains in mixed precision (nn::MixedPrecision,

@@ -172,16 +172,17 @@ std::optional<Options> parse_options(int argc, char** argv) {
                  "Where the TSV splits are read, or generated when missing "
                  "(default: listops_data/<preset>); the sizes below apply when generating");
   app.add_option("--data-seed", o.data_seed, "Seed of the generated expressions")
+      ->check(train::integer(0, UINT64_MAX))
       ->capture_default_str();
   app.add_option("--train-examples", o.train_examples,
                  "Expressions to generate for training (0: the preset's count)")
-      ->check(train::non_negative());
+      ->check(train::integer(0));
   app.add_option("--val-examples", o.val_examples,
                  "Expressions to generate for validation (0: the preset's count)")
-      ->check(train::non_negative());
+      ->check(train::integer(0));
   app.add_option("--test-examples", o.test_examples,
                  "Expressions to generate for the test set (0: the preset's count)")
-      ->check(train::non_negative());
+      ->check(train::integer(0));
   app.add_option("--pooling", o.pooling, "Sequence summary fed to the classifier")
       ->check(CLI::IsMember({"mean", "cls"}))
       ->capture_default_str();

@@ -89,10 +89,10 @@ std::optional<Options> parse_options(int argc, char** argv) {
   app.add_option("--data", o.data, "A text file, or a directory of text files")
       ->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "Tokens (bytes) per training sequence: n")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--eval-sequences", o.eval_sequences, "Validation sequences per evaluation")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--val-fraction", o.val_fraction, "Share of the text held out for validation")
       ->check(train::in_range(0.001, 0.5))

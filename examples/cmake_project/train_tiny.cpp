@@ -42,10 +42,11 @@ int main(int argc, char** argv) {
       const std::string arg = argv[i];
       if (arg == "--steps" && i + 1 < argc) {
         const std::string value = argv[++i];
-        if (const std::string bad = nn::flags::positive()(value); !bad.empty()) {
+        std::string canonical;
+        if (const std::string bad = nn::flags::integer(1)(value, &canonical); !bad.empty()) {
           throw nn::UsageError("--steps: " + bad);
         }
-        steps = std::stoll(value);
+        steps = std::stoll(canonical);
       } else {
         dir = arg;
       }
