@@ -35,6 +35,7 @@
 #include "nn/inspect/attention_maps.h"
 #include "nn/inspect/plot.h"
 #include "nn/inspect/spectrum.h"
+#include "nn/io/atomic_file.h"
 #include "nn/io/checkpoint.h"
 #include "nn/io/model_file.h"
 #include "nn/io/safetensors.h"

@@ -489,3 +489,29 @@ TEST_CASE("TrainingRun: SIGINT or SIGTERM ends the run after the step with a che
   ::sigaction(SIGINT, &old_int, nullptr);
   ::sigaction(SIGTERM, &old_term, nullptr);
 }
+
+TEST_CASE("TrainingRun: a checkpoint of mode 600 keeps it when a resumed run saves it") {
+  TempDir dir;
+  Script a;
+  nn::TrainingRunOptions opts = options(dir, "private");
+  opts.stop_at = 4;
+  {
+    nn::TrainingRun run(opts, *a.model, *a.optimizer, a.loader.get(), {});
+    a.train(run);
+  }
+  REQUIRE(::chmod(opts.checkpoint.c_str(), 0600) == 0);
+  REQUIRE(::chmod(opts.log.c_str(), 0600) == 0);
+  Script b;
+  opts.resume = true;
+  opts.stop_at = 0;
+  {
+    nn::TrainingRun run(opts, *b.model, *b.optimizer, b.loader.get(), {});
+    b.train(run);
+  }
+  CHECK(nn::load_safetensors(opts.checkpoint).metadata.at("step") == "12");
+  struct stat st {};
+  REQUIRE(::stat(opts.checkpoint.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+  REQUIRE(::stat(opts.log.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+}
