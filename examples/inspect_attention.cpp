@@ -17,7 +17,6 @@
 #include <climits>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "train_common.h"
@@ -196,9 +195,7 @@ std::string excerpt(const std::string& text, std::size_t length) {
 // --- The outputs. ---
 
 void write_spectrum_csv(const std::string& path, const std::vector<nn::NamedSpectra>& models) {
-  std::ofstream csv(path);
-  if (!csv) throw UsageError("--out: cannot write " + path);
-  csv << "model,layer,head,index,singular_value,cumulative\n";
+  std::string csv = "model,layer,head,index,singular_value,cumulative\n";
   char line[160];
   for (const nn::NamedSpectra& model : models) {
     for (std::size_t l = 0; l < model.layers.size(); ++l) {
@@ -207,12 +204,12 @@ void write_spectrum_csv(const std::string& path, const std::vector<nn::NamedSpec
         for (std::size_t i = 0; i < s.cumulative.size(); ++i) {
           std::snprintf(line, sizeof line, "%s,%zu,%zu,%zu,%.6g,%.6f\n", model.name.c_str(), l, h,
                         i + 1, s.singular_values[i], s.cumulative[i]);
-          csv << line;
+          csv += line;
         }
       }
     }
   }
-  if (!csv.flush()) throw UsageError("--out: cannot write " + path);
+  nn::write_file_atomically(path, csv, "--out " + path);
 }
 
 void print_summary(const std::vector<nn::NamedSpectra>& models, std::vector<std::size_t> counts,
@@ -262,9 +259,25 @@ int main(int argc, char** argv) {
     run.threads = o.threads;
     const Device device = train::setup_device(run);
     const Models models = open_models(o, device);  // also settles --seq-len
+    // Every file written under --out, checked before any work: none may be an input (the
+    // checkpoint, --data) or anything but a regular file or a missing path.
+    const std::string spectrum_csv = (fs::path(o.out) / "spectrum.csv").string();
+    const std::string spectrum_png = (fs::path(o.out) / "spectrum.png").string();
+    train::check_writable(spectrum_csv, "--out");
+    std::vector<nn::NamedPath> outputs = {{"--out", spectrum_csv}, {"--out", spectrum_png}};
+    for (const char* prefix : {"trained", "untrained"}) {
+      for (std::int64_t l = 0; l < models.config.layers; ++l) {
+        outputs.push_back({"--out", (fs::path(o.out) / (std::string(prefix) + "_attention_layer" +
+                                                        std::to_string(l) + ".png"))
+                                        .string()});
+      }
+    }
+    for (const nn::NamedPath& output : outputs) {
+      nn::check_file_path(output.path, /*for_saving=*/true, "--out " + output.path);
+    }
+    nn::check_outputs_distinct({{"--checkpoint", o.checkpoint}, {"--data", o.data}}, outputs);
     std::string text;
     const Tensor tokens = input_tokens(o, text).to(device);  // [B, n]
-    train::check_writable((fs::path(o.out) / "spectrum.csv").string(), "--out");
     const std::int64_t sequences = tokens.size(0), n = tokens.size(1);
     std::printf("model: MaskedLM, %s, from %s (untrained: seed %llu)\n",
                 train::describe(models.config).c_str(), o.checkpoint.c_str(),
@@ -298,16 +311,14 @@ int main(int argc, char** argv) {
     const std::vector<nn::NamedSpectra> spectra = {
         {"trained", nn::encoder_spectrum(*models.trained, tokens)},
         {"untrained", nn::encoder_spectrum(*models.untrained, tokens)}};
-    const std::string csv = (fs::path(o.out) / "spectrum.csv").string();
-    const std::string png = (fs::path(o.out) / "spectrum.png").string();
-    write_spectrum_csv(csv, spectra);
-    nn::plot_spectra(png, spectra,
+    write_spectrum_csv(spectrum_csv, spectra);
+    nn::plot_spectra(spectrum_png, spectra,
                      "spectrum of P: " + train::describe(models.config) +
                          ", n = " + std::to_string(n) + ", mean over " + std::to_string(sequences) +
                          " sequences",
                      static_cast<std::size_t>(o.mark));
-    written.push_back(csv);
-    written.push_back(png);
+    written.push_back(spectrum_csv);
+    written.push_back(spectrum_png);
 
     print_summary(spectra, parse_counts(o.mass_at), sequences);
     for (const std::string& file : written) std::printf("wrote %s\n", file.c_str());

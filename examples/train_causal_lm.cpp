@@ -5,6 +5,7 @@
 //   train_causal_lm --prompt "Love is " --temperature 0.8 --generate 400
 //   train_causal_lm --data book.txt --d-model 128 --layers 4 --steps 8000
 //   train_causal_lm --checkpoint lm.safetensors --resume   # continues where it stopped
+//   train_causal_lm --overwrite            # starts over, replacing train_causal_lm.safetensors
 //
 // The default corpus is Debian's `fortunes` package (apt-get install fortunes). Validation
 // perplexity is exp of the mean next-byte loss over fixed held-out sequences; the unigram
@@ -186,6 +187,11 @@ int main(int argc, char** argv) {
     const Device device = train::setup_device(o.run);
     train::check_writable(o.run.checkpoint, "--checkpoint");
     train::check_writable(o.run.log, "--log");
+    train::check_writable(o.run.plot, "--plot");
+    // No output may be the data or another output, nor replace a checkpoint unasked.
+    const nn::TrainingRunOptions run_options =
+        train::run_options(o.run, kProgram, device, {"val_loss", "val_ppl"}, {{"--data", o.data}});
+    nn::check_run_paths(run_options);
     const nn::data::TextSplit text = load_corpus(o.data, o.val_fraction);
     const nn::data::TokenChunks train_chunks(ByteTokenizer::encode(text.train), o.seq_len + 1);
     const nn::data::TokenChunks val_chunks(ByteTokenizer::encode(text.validation), o.seq_len + 1);
@@ -219,8 +225,7 @@ int main(int argc, char** argv) {
       train::put(meta, key, value);
     train::put(meta, "config.seed", static_cast<std::int64_t>(o.run.seed));
     train::put(meta, "data.bytes", static_cast<std::int64_t>(text.train.size()));
-    nn::TrainingRun run(train::run_options(o.run, kProgram, device, {"val_loss", "val_ppl"}),
-                        *model, optimizer, &loader, meta,
+    nn::TrainingRun run(run_options, *model, optimizer, &loader, meta,
                         {"config.layers", "config.d-model", "config.heads", "config.d-ff",
                          "config.seq-len", "config.batch", "config.seed", "data.bytes"});
     std::printf("corpus: %s: %zu bytes for training, %zu for validation\n", o.data.c_str(),

@@ -144,9 +144,13 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
       ->check(integer(0, kMaxSteps));
   app.add_option("--checkpoint", f.checkpoint,
                  "Checkpoint file (model, optimizer, data position; written atomically); none "
-                 "for no checkpoints")
+                 "for no checkpoints. An existing one is continued with --resume or replaced "
+                 "with --overwrite, never silently")
       ->capture_default_str();
   app.add_flag("--resume", f.resume, "Continue from --checkpoint, exactly where it stopped");
+  app.add_flag("--overwrite", f.overwrite,
+               "Start a fresh run even though --checkpoint exists, replacing it (without "
+               "--resume or --overwrite, an existing checkpoint is an error)");
   app.add_option("--log", f.log, "CSV log of the training run");
   app.add_option("--plot", f.plot,
                  "PNG of loss curves: of --compare's logs (without training), else of this "
@@ -217,6 +221,8 @@ void check_run_flags(const RunFlags& f) {
   need(f.stop_at <= f.steps, "--stop-at (" + std::to_string(f.stop_at) + ") is beyond --steps (" +
                                  std::to_string(f.steps) + ")");
   need(!f.resume || !f.checkpoint.empty(), "--resume needs --checkpoint PATH to resume from");
+  need(!f.resume || !f.overwrite,
+       "--resume and --overwrite exclude each other: continue the checkpoint's run, or replace it");
   need(f.plot.empty() || !f.compare.empty() || !f.log.empty(),
        "--plot needs the logs to draw: --log CSV (this run) or --compare CSV...");
   need(f.compare.empty() || !f.plot.empty(), "--compare needs --plot PNG (the image to write)");
@@ -439,19 +445,33 @@ Metadata model_metadata(const ModelFlags& f) {
 }
 
 nn::TrainingRunOptions run_options(const RunFlags& f, const char* program, Device device,
-                                   std::vector<std::string> eval_columns) {
+                                   std::vector<std::string> eval_columns,
+                                   std::vector<nn::NamedPath> inputs) {
   return {.program = program,
           .steps = f.steps,
           .stop_at = f.stop_at,
           .checkpoint = f.checkpoint,
           .resume = f.resume,
+          .overwrite = f.overwrite,
           .checkpoint_every = f.checkpoint_every > 0 ? f.checkpoint_every : f.eval_every,
           .eval_every = f.eval_every,
           .log = f.log,
           .log_every = f.log_every,
           .eval_columns = std::move(eval_columns),
           .device = device,
-          .progress = {}};
+          .progress = {},
+          .model = std::nullopt,
+          .inputs = std::move(inputs),
+          .outputs = {{"--plot", f.plot}}};
+}
+
+void plot_compared(const RunFlags& f, const std::string& right_column,
+                   const std::string& right_label) {
+  std::vector<nn::NamedPath> logs;
+  for (const std::string& log : f.compare) logs.push_back({"--compare", log});
+  nn::check_outputs_distinct(logs, {{"--plot", f.plot}});
+  nn::plot_logs(f.plot, f.compare, right_column, right_label);
+  std::printf("wrote %s (%zu runs)\n", f.plot.c_str(), f.compare.size());
 }
 
 int report_error(const char* program, std::exception_ptr error) {

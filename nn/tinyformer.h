@@ -38,6 +38,7 @@
 #include "nn/io/atomic_file.h"
 #include "nn/io/checkpoint.h"
 #include "nn/io/model_file.h"
+#include "nn/io/output_paths.h"
 #include "nn/io/safetensors.h"
 #include "nn/train/evaluate.h"
 #include "nn/train/plot.h"

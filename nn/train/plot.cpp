@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "nn/io/atomic_file.h"
+#include "nn/io/output_paths.h"
 
 namespace tinyformer::nn {
 
@@ -110,6 +111,9 @@ void gnuplot_png(const std::string& png, int width, int height, const std::strin
 void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
                const std::string& right_column, const std::string& right_label) {
   TF_CHECK(!csvs.empty(), "plot_logs: no logs to plot");
+  std::vector<NamedPath> logs;
+  for (const std::string& csv : csvs) logs.push_back({"the log", csv});
+  check_outputs_distinct(logs, {{"plot_logs: the image", png}});
   for (const std::string& csv : csvs) {
     const auto columns = csv_header(csv);
     for (const std::string& needed : {std::string("step"), std::string("loss"), right_column}) {

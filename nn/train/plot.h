@@ -8,8 +8,8 @@ namespace tinyformer::nn {
 
 // Renders the CSV logs as one PNG: the "loss" column against "step" on the left,
 // `right_column` (e.g. "val_ppl") on the right, one curve per log, titled run_name(log). Written
-// by gnuplot_png, atomically. Throws an Error when gnuplot is missing or fails, or a log lacks a
-// column.
+// by gnuplot_png, atomically. Throws an Error when gnuplot is missing or fails, a log lacks a
+// column, or `png` is one of the logs.
 void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
                const std::string& right_column, const std::string& right_label);
 

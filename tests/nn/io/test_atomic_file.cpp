@@ -1,6 +1,6 @@
 // AtomicFile, the one writer of the library's files: whole files or nothing, the replaced file's
 // mode kept, special files refused and left as they are, failures explained with the system's
-// reason.
+// reason; and check_outputs_distinct, which compares outputs with inputs by file identity.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -227,10 +227,57 @@ TEST_CASE("plots and ListOps files are written through AtomicFile") {
       doctest::Contains(("plot_test: " + fifo + ": not a regular file but a FIFO").c_str()), Error);
   CHECK_THROWS_WITH_AS(nn::data::write_listops_tsv(fifo, {}), doctest::Contains("a FIFO"), Error);
   CHECK(fs::is_fifo(fifo));
+  // A plot may not replace one of the logs it draws.
+  write_plain(dir.file("run.csv"), "step,loss,val\n1,2,3\n");
+  CHECK_THROWS_WITH_AS(nn::plot_logs(dir.file("./run.csv"), {dir.file("run.csv")}, "val", "val"),
+                       doctest::Contains("is the same file as the log"), Error);
+  CHECK(read_all(dir.file("run.csv")) == "step,loss,val\n1,2,3\n");
+
   const std::string tsv = dir.file("basic_val.tsv");
   write_plain(tsv, "old");
   REQUIRE(::chmod(tsv.c_str(), 0600) == 0);
   nn::data::write_listops_tsv(tsv, {});
   CHECK(read_all(tsv) == "Source\tTarget\n");
   CHECK(mode_of(tsv) == 0600);
+}
+
+TEST_CASE("check_outputs_distinct compares files by identity, not by name") {
+  TempDir dir;
+  const std::string data = dir.file("d.txt");
+  write_plain(data, "text");
+  auto refused = [&](const std::vector<nn::NamedPath>& inputs,
+                     const std::vector<nn::NamedPath>& outputs, const std::string& needle) {
+    CHECK_THROWS_WITH_AS(nn::check_outputs_distinct(inputs, outputs),
+                         doctest::Contains(needle.c_str()), Error);
+  };
+  refused({{"--data", data}}, {{"--checkpoint", ""}, {"--log", data}},
+          "--log " + data + " is the same file as --data " + data +
+              ": writing it would destroy that input");
+  // Other spellings of the same file, through a directory that does not exist yet too.
+  refused({{"--data", data}}, {{"--plot", dir.file("new/../d.txt")}}, "is the same file");
+  fs::create_directories(dir.file("sub"));
+  refused({{"--data", data}}, {{"--plot", dir.file("sub/../d.txt")}}, "--plot ");
+  fs::create_symlink(data, dir.file("link.txt"));
+  refused({{"--data", dir.file("link.txt")}}, {{"--checkpoint", data}}, "--checkpoint ");
+  fs::create_hard_link(data, dir.file("hard.txt"));
+  refused({{"--data", data}}, {{"--log", dir.file("hard.txt")}}, "--log ");
+  // Two outputs, neither existing yet.
+  refused({}, {{"--log", dir.file("new.csv")}, {"--plot", dir.file("sub/../new.csv")}},
+          "--log " + dir.file("new.csv") + " and --plot " + dir.file("sub/../new.csv") +
+              " are the same file");
+  // An output inside an input directory, through a link to the directory too.
+  refused({{"--data", dir.file("sub")}}, {{"--log", dir.file("sub/run.csv")}},
+          "lies inside --data " + dir.file("sub"));
+  fs::create_directory_symlink(dir.file("sub"), dir.file("sub_link"));
+  refused({{"--data", dir.file("sub")}}, {{"--log", dir.file("sub_link/deeper/run.csv")}},
+          "lies inside");
+
+  // Distinct files pass, and nothing is written.
+  nn::check_outputs_distinct({{"--data", data}, {"--data", dir.file("sub")}},
+                             {{"--checkpoint", dir.file("run.safetensors")},
+                              {"--log", dir.file("run.csv")},
+                              {"--plot", ""},
+                              {"--plot2", ""}});
+  CHECK_FALSE(fs::exists(dir.file("run.csv")));
+  CHECK(read_all(data) == "text");
 }
