@@ -11,6 +11,7 @@
 // the one the model was trained on (its fingerprint is checked).
 #include <tinyformer/tinyformer.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -46,11 +47,11 @@ std::optional<Options> parse_options(int argc, char** argv) {
   app.add_option("--data", o.data, "The training corpus (default: the one the run recorded)");
   app.add_option("--eval-sequences", o.eval_sequences,
                  "Validation sequences (0: as many as the training run evaluated)")
-      ->check(train::non_negative());
+      ->check(train::integer(0));
   app.add_option("--device", o.device, "cpu or cuda (cuda:1 for a second GPU)")
       ->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0: OMP_NUM_THREADS or every core)")
-      ->check(train::non_negative());
+      ->check(train::integer(0, INT_MAX));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

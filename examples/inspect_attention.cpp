@@ -14,9 +14,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "train_common.h"
@@ -52,7 +52,7 @@ std::vector<std::size_t> parse_counts(const std::string& list) {
     std::size_t value = 0;
     const auto [ptr, ec] = std::from_chars(list.data() + start, list.data() + end, value);
     if (ec != std::errc() || ptr != list.data() + end || value == 0) {
-      throw UsageError("--mass-at " + list +
+      throw UsageError("--mass-at " + nn::flags::quoted(list) +
                        ": expected a comma-separated list of positive counts, e.g. 1,8,32");
     }
     counts.push_back(value);
@@ -72,25 +72,26 @@ std::optional<Options> parse_options(int argc, char** argv) {
   app.add_option("--seq-len", o.seq_len,
                  "The text is cut into sequences of this length (default: the model's longest, "
                  "the training run's --seq-len)")
-      ->check(train::positive());
+      ->check(train::integer(1));
   app.add_option("--seed", o.seed,
                  "Seed of the untrained model's initialisation (default: the checkpoint's "
-                 "training seed, so the untrained model is the trained one at step 0)");
+                 "training seed, so the untrained model is the trained one at step 0)")
+      ->check(train::integer(0, UINT64_MAX));
   app.add_option("--sequences", o.sequences,
                  "At most this many sequences, spread over the text, averaged in the spectra; "
                  "the heat maps show the first")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--mass-at", o.mass_at,
                  "Counts k at which the summary prints the share of the singular-value mass in "
                  "the first k values")
       ->capture_default_str();
   app.add_option("--mark", o.mark, "Index marked in the spectrum plot (0: none)")
-      ->check(train::non_negative())
+      ->check(train::integer(0))
       ->capture_default_str();
   app.add_option("--device", o.device, "cpu or cuda[:N]")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0: OpenMP's default)")
-      ->check(train::non_negative());
+      ->check(train::integer(0, INT_MAX));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -194,9 +195,7 @@ std::string excerpt(const std::string& text, std::size_t length) {
 // --- The outputs. ---
 
 void write_spectrum_csv(const std::string& path, const std::vector<nn::NamedSpectra>& models) {
-  std::ofstream csv(path);
-  if (!csv) throw UsageError("--out: cannot write " + path);
-  csv << "model,layer,head,index,singular_value,cumulative\n";
+  std::string csv = "model,layer,head,index,singular_value,cumulative\n";
   char line[160];
   for (const nn::NamedSpectra& model : models) {
     for (std::size_t l = 0; l < model.layers.size(); ++l) {
@@ -205,12 +204,12 @@ void write_spectrum_csv(const std::string& path, const std::vector<nn::NamedSpec
         for (std::size_t i = 0; i < s.cumulative.size(); ++i) {
           std::snprintf(line, sizeof line, "%s,%zu,%zu,%zu,%.6g,%.6f\n", model.name.c_str(), l, h,
                         i + 1, s.singular_values[i], s.cumulative[i]);
-          csv << line;
+          csv += line;
         }
       }
     }
   }
-  if (!csv.flush()) throw UsageError("--out: cannot write " + path);
+  nn::write_file_atomically(path, csv, "--out " + path);
 }
 
 void print_summary(const std::vector<nn::NamedSpectra>& models, std::vector<std::size_t> counts,
@@ -260,9 +259,25 @@ int main(int argc, char** argv) {
     run.threads = o.threads;
     const Device device = train::setup_device(run);
     const Models models = open_models(o, device);  // also settles --seq-len
+    // Every file written under --out, checked before any work: none may be an input (the
+    // checkpoint, --data) or anything but a regular file or a missing path.
+    const std::string spectrum_csv = (fs::path(o.out) / "spectrum.csv").string();
+    const std::string spectrum_png = (fs::path(o.out) / "spectrum.png").string();
+    train::check_writable(spectrum_csv, "--out");
+    std::vector<nn::NamedPath> outputs = {{"--out", spectrum_csv}, {"--out", spectrum_png}};
+    for (const char* prefix : {"trained", "untrained"}) {
+      for (std::int64_t l = 0; l < models.config.layers; ++l) {
+        outputs.push_back({"--out", (fs::path(o.out) / (std::string(prefix) + "_attention_layer" +
+                                                        std::to_string(l) + ".png"))
+                                        .string()});
+      }
+    }
+    for (const nn::NamedPath& output : outputs) {
+      nn::check_file_path(output.path, /*for_saving=*/true, "--out " + output.path);
+    }
+    nn::check_outputs_distinct({{"--checkpoint", o.checkpoint}, {"--data", o.data}}, outputs);
     std::string text;
     const Tensor tokens = input_tokens(o, text).to(device);  // [B, n]
-    train::check_writable((fs::path(o.out) / "spectrum.csv").string(), "--out");
     const std::int64_t sequences = tokens.size(0), n = tokens.size(1);
     std::printf("model: MaskedLM, %s, from %s (untrained: seed %llu)\n",
                 train::describe(models.config).c_str(), o.checkpoint.c_str(),
@@ -296,16 +311,14 @@ int main(int argc, char** argv) {
     const std::vector<nn::NamedSpectra> spectra = {
         {"trained", nn::encoder_spectrum(*models.trained, tokens)},
         {"untrained", nn::encoder_spectrum(*models.untrained, tokens)}};
-    const std::string csv = (fs::path(o.out) / "spectrum.csv").string();
-    const std::string png = (fs::path(o.out) / "spectrum.png").string();
-    write_spectrum_csv(csv, spectra);
-    nn::plot_spectra(png, spectra,
+    write_spectrum_csv(spectrum_csv, spectra);
+    nn::plot_spectra(spectrum_png, spectra,
                      "spectrum of P: " + train::describe(models.config) +
                          ", n = " + std::to_string(n) + ", mean over " + std::to_string(sequences) +
                          " sequences",
                      static_cast<std::size_t>(o.mark));
-    written.push_back(csv);
-    written.push_back(png);
+    written.push_back(spectrum_csv);
+    written.push_back(spectrum_png);
 
     print_summary(spectra, parse_counts(o.mass_at), sequences);
     for (const std::string& file : written) std::printf("wrote %s\n", file.c_str());

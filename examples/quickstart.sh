@@ -29,6 +29,8 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTINYFORMER_CUDA="$cuda"
 cmake --build "$build" -j "${JOBS:-$(nproc)}" --target hello_autograd train_mlm
 "$build/examples/hello_autograd"
 echo
-# Its log, plot and checkpoint go to the build folder, beside the programs.
+# Its log, plot and checkpoint go to the build folder, beside the programs. Run again, the script
+# trains afresh: --overwrite replaces the checkpoint of the last run, which train_mlm otherwise
+# refuses to replace (--resume would continue it).
 cd "$build"
-./examples/train_mlm --log train_mlm.csv --plot train_mlm.png
+./examples/train_mlm --log train_mlm.csv --plot train_mlm.png --overwrite

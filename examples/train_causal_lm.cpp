@@ -5,6 +5,7 @@
 //   train_causal_lm --prompt "Love is " --temperature 0.8 --generate 400
 //   train_causal_lm --data book.txt --d-model 128 --layers 4 --steps 8000
 //   train_causal_lm --checkpoint lm.safetensors --resume   # continues where it stopped
+//   train_causal_lm --overwrite            # starts over, replacing train_causal_lm.safetensors
 //
 // The default corpus is Debian's `fortunes` package (apt-get install fortunes). Validation
 // perplexity is exp of the mean next-byte loss over fixed held-out sequences; the unigram
@@ -110,38 +111,38 @@ std::optional<Options> parse_options(int argc, char** argv) {
   app.add_option("--data", o.data, "A text file, or a directory of text files")
       ->capture_default_str();
   app.add_option("--layers", o.layers, "Decoder layers")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--d-model", o.d_model, "Model width")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--heads", o.heads, "Attention heads (must divide --d-model)")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--d-ff", o.d_ff, "Feed-forward width")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--dropout", o.dropout, "Dropout on residual branches and embeddings")
       ->check(train::in_range(0, 0.9))
       ->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "Context length in bytes (the model's max_seq_len)")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--val-fraction", o.val_fraction, "Share of each file held out for validation")
       ->check(train::in_range(0.001, 0.5))
       ->capture_default_str();
   app.add_option("--eval-sequences", o.eval_sequences, "Validation sequences per evaluation")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--prompt", o.prompt, "Text the sample starts from")->capture_default_str();
   app.add_option("--generate", o.generate, "Bytes to generate after training (0: none)")
-      ->check(train::non_negative())
+      ->check(train::integer(0))
       ->capture_default_str();
   app.add_option("--temperature", o.temperature, "Sampling temperature (0: greedy)")
       ->check(train::non_negative())
       ->capture_default_str();
   app.add_option("--top-k", o.top_k, "Sample among the k most likely bytes only (0: all)")
-      ->check(train::in_range(0, ByteTokenizer::vocab_size))
+      ->check(train::integer(0, ByteTokenizer::vocab_size))
       ->capture_default_str();
   train::add_run_flags(app, o.run);
   train::add_profile_flag(app, o.run);
@@ -186,6 +187,11 @@ int main(int argc, char** argv) {
     const Device device = train::setup_device(o.run);
     train::check_writable(o.run.checkpoint, "--checkpoint");
     train::check_writable(o.run.log, "--log");
+    train::check_writable(o.run.plot, "--plot");
+    // No output may be the data or another output, nor replace a checkpoint unasked.
+    const nn::TrainingRunOptions run_options =
+        train::run_options(o.run, kProgram, device, {"val_loss", "val_ppl"}, {{"--data", o.data}});
+    nn::check_run_paths(run_options);
     const nn::data::TextSplit text = load_corpus(o.data, o.val_fraction);
     const nn::data::TokenChunks train_chunks(ByteTokenizer::encode(text.train), o.seq_len + 1);
     const nn::data::TokenChunks val_chunks(ByteTokenizer::encode(text.validation), o.seq_len + 1);
@@ -219,8 +225,7 @@ int main(int argc, char** argv) {
       train::put(meta, key, value);
     train::put(meta, "config.seed", static_cast<std::int64_t>(o.run.seed));
     train::put(meta, "data.bytes", static_cast<std::int64_t>(text.train.size()));
-    nn::TrainingRun run(train::run_options(o.run, kProgram, device, {"val_loss", "val_ppl"}),
-                        *model, optimizer, &loader, meta,
+    nn::TrainingRun run(run_options, *model, optimizer, &loader, meta,
                         {"config.layers", "config.d-model", "config.heads", "config.d-ff",
                          "config.seq-len", "config.batch", "config.seed", "data.bytes"});
     std::printf("corpus: %s: %zu bytes for training, %zu for validation\n", o.data.c_str(),

@@ -4,7 +4,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -36,6 +38,19 @@ CLI::Validator non_negative() {
 CLI::Validator in_range(double low, double high) {
   return validator(nn::flags::in_range(low, high));
 }
+CLI::Validator integer(std::int64_t low, std::uint64_t high) {
+  const nn::flags::IntegerCheck check = nn::flags::integer(low, high);
+  // The text CLI11 converts afterwards is the plain decimal the check read: CLI11 alone would
+  // read "010" as octal.
+  return CLI::Validator(
+      [check](std::string& text) {
+        std::string canonical;
+        std::string bad = check(text, &canonical);
+        if (bad.empty()) text = canonical;
+        return bad;
+      },
+      check.description);
+}
 
 void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_option("--attention", f.attention,
@@ -44,7 +59,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
       ->check(CLI::IsMember({"full", "linformer"}))
       ->capture_default_str();
   app.add_option("--k", f.k, "Linformer: projected length k, the same in every layer")
-      ->check(positive())
+      ->check(integer(1))
       ->capture_default_str();
   app.add_option("--k-schedule", f.k_schedule,
                  "Linformer: k per layer instead of --k: linear:k0,step,kmin (k_l = max(kmin, "
@@ -70,30 +85,34 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
                  "Linformer, linear kind: E's learning rate as a fraction of --lr")
       ->check(positive())
       ->capture_default_str();
-  app.add_option("--layers", f.layers, "Encoder layers")->check(positive())->capture_default_str();
-  app.add_option("--d-model", f.d_model, "Model width")->check(positive())->capture_default_str();
+  app.add_option("--layers", f.layers, "Encoder layers")->check(integer(1))->capture_default_str();
+  app.add_option("--d-model", f.d_model, "Model width")->check(integer(1))->capture_default_str();
   app.add_option("--heads", f.heads, "Attention heads (must divide --d-model)")
-      ->check(positive())
+      ->check(integer(1))
       ->capture_default_str();
-  app.add_option("--d-ff", f.d_ff, "Feed-forward width")->check(positive())->capture_default_str();
+  app.add_option("--d-ff", f.d_ff, "Feed-forward width")->check(integer(1))->capture_default_str();
   app.add_option("--dropout", f.dropout, "Dropout on residual branches")
       ->check(in_range(0.0, 0.99))
       ->capture_default_str();
   app.add_option("--max-seq-len", f.max_seq_len,
                  "The model's longest sequence (position table, Linformer E); 0: --seq-len")
-      ->check(non_negative())
+      ->check(integer(0))
       ->capture_default_str();
 }
 
 void add_run_flags(CLI::App& app, RunFlags& f) {
-  app.add_option("--steps", f.steps, "Optimizer steps")->capture_default_str();
-  app.add_option("--batch", f.batch, "Sequences per batch")->capture_default_str();
+  app.add_option("--steps", f.steps, "Optimizer steps")
+      ->check(integer(1, kMaxSteps))
+      ->capture_default_str();
+  app.add_option("--batch", f.batch, "Sequences per batch")
+      ->check(integer(1))
+      ->capture_default_str();
   app.add_option("--lr", f.lr,
                  "Peak learning rate (AdamW; linear warm-up, then cosine decay to "
                  "a tenth of it)")
       ->check(positive())
       ->capture_default_str();
-  app.add_option("--warmup", f.warmup, "Warm-up steps")->capture_default_str();
+  app.add_option("--warmup", f.warmup, "Warm-up steps")->check(integer(0))->capture_default_str();
   app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay (matrices only)")
       ->check(non_negative())
       ->capture_default_str();
@@ -103,30 +122,35 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--device", f.device, "cpu or cuda (cuda:1 for a second GPU)")
       ->capture_default_str();
   app.add_option("--seed", f.seed, "Seed of initialisation, data order, masks and dropout")
+      ->check(integer(0, UINT64_MAX))
       ->capture_default_str();
   app.add_option("--threads", f.threads, "CPU threads (0: OMP_NUM_THREADS or every core)")
-      ->check(non_negative())
+      ->check(integer(0, INT_MAX))
       ->capture_default_str();
   app.add_option("--eval-every", f.eval_every, "Evaluate every this many steps (0: at the end)")
-      ->check(non_negative())
+      ->check(integer(0))
       ->capture_default_str();
   app.add_option("--log-every", f.log_every,
                  "Write a CSV row (mean training loss since the last row) every this many steps")
-      ->check(positive())
+      ->check(integer(1))
       ->capture_default_str();
   app.add_option("--checkpoint-every", f.checkpoint_every,
                  "Save a checkpoint every this many steps (0: at every evaluation)")
-      ->check(non_negative())
+      ->check(integer(0))
       ->capture_default_str();
   app.add_option("--stop-at", f.stop_at,
                  "Save a checkpoint and stop after this step, as an interruption would; "
                  "--resume continues")
-      ->check(non_negative());
+      ->check(integer(0, kMaxSteps));
   app.add_option("--checkpoint", f.checkpoint,
                  "Checkpoint file (model, optimizer, data position; written atomically); none "
-                 "for no checkpoints")
+                 "for no checkpoints. An existing one is continued with --resume or replaced "
+                 "with --overwrite, never silently")
       ->capture_default_str();
   app.add_flag("--resume", f.resume, "Continue from --checkpoint, exactly where it stopped");
+  app.add_flag("--overwrite", f.overwrite,
+               "Start a fresh run even though --checkpoint exists, replacing it (without "
+               "--resume or --overwrite, an existing checkpoint is an error)");
   app.add_option("--log", f.log, "CSV log of the training run");
   app.add_option("--plot", f.plot,
                  "PNG of loss curves: of --compare's logs (without training), else of this "
@@ -156,7 +180,7 @@ void add_profile_flag(CLI::App& app, RunFlags& f) {
                      std::to_string(kProfileAfter) +
                      " of the run) and print them by shape, with the time between ops; "
                      "evaluations and batch preparation are left out")
-      ->check(non_negative())
+      ->check(integer(0))
       ->capture_default_str();
 }
 
@@ -202,6 +226,8 @@ void check_run_flags(const RunFlags& f) {
   need(f.stop_at <= f.steps, "--stop-at (" + std::to_string(f.stop_at) + ") is beyond --steps (" +
                                  std::to_string(f.steps) + ")");
   need(!f.resume || !f.checkpoint.empty(), "--resume needs --checkpoint PATH to resume from");
+  need(!f.resume || !f.overwrite,
+       "--resume and --overwrite exclude each other: continue the checkpoint's run, or replace it");
   need(f.plot.empty() || !f.compare.empty() || !f.log.empty(),
        "--plot needs the logs to draw: --log CSV (this run) or --compare CSV...");
   need(f.compare.empty() || !f.plot.empty(), "--compare needs --plot PNG (the image to write)");
@@ -217,21 +243,16 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return parts;
 }
 
-std::int64_t parse_int(const std::string& text, const std::string& what) {
-  std::size_t used = 0;
-  std::int64_t value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) {
-    throw UsageError(what + ": '" + text + "' is not a whole number");
-  }
-  return value;
+// An entry of --k-schedule: a whole number of 0 or more (nn::flags::integer; the schedule's own
+// checks then say what each entry must be), or a UsageError naming the flag.
+std::int64_t parse_int(const std::string& text) {
+  std::string canonical;
+  const std::string bad = nn::flags::integer(0)(text, &canonical);
+  if (!bad.empty()) throw UsageError("--k-schedule: " + bad);
+  return std::stoll(canonical);
 }
 
-double parse_double(const std::string& text, const std::string& what) {
+double parse_double(const std::string& text) {
   std::size_t used = 0;
   double value = 0;
   try {
@@ -239,15 +260,18 @@ double parse_double(const std::string& text, const std::string& what) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != text.size()) throw UsageError(what + ": '" + text + "' is not a number");
+  if (used == 0 || used != text.size()) {
+    throw UsageError("--k-schedule: expected a number, got " + nn::flags::quoted(text));
+  }
   return value;
 }
 
 // --k-schedule: one k per layer.
 std::vector<std::int64_t> k_schedule(const std::string& text, std::int64_t layers) {
+  const std::string shown = nn::flags::quoted(text);
   const std::string usage =
-      "--k-schedule '" + text +
-      "': expected linear:k0,step,kmin, geometric:k0,ratio,kmin or one k per layer such as "
+      "--k-schedule " + shown +
+      ": expected linear:k0,step,kmin, geometric:k0,ratio,kmin or one k per layer such as "
       "128,96,64";
   const auto colon = text.find(':');
   try {
@@ -256,24 +280,22 @@ std::vector<std::int64_t> k_schedule(const std::string& text, std::int64_t layer
       const auto args = split(text.substr(colon + 1), ',');
       if (args.size() != 3) throw UsageError(usage);
       if (rule == "linear") {
-        return nn::k_linear_decay(layers, parse_int(args[0], "--k-schedule"),
-                                  parse_int(args[1], "--k-schedule"),
-                                  parse_int(args[2], "--k-schedule"));
+        return nn::k_linear_decay(layers, parse_int(args[0]), parse_int(args[1]),
+                                  parse_int(args[2]));
       }
       if (rule == "geometric") {
-        return nn::k_geometric_decay(layers, parse_int(args[0], "--k-schedule"),
-                                     parse_double(args[1], "--k-schedule"),
-                                     parse_int(args[2], "--k-schedule"));
+        return nn::k_geometric_decay(layers, parse_int(args[0]), parse_double(args[1]),
+                                     parse_int(args[2]));
       }
       throw UsageError(usage);
     }
   } catch (const tinyformer::Error& e) {
-    throw UsageError("--k-schedule '" + text + "': " + e.what());
+    throw UsageError("--k-schedule " + shown + ": " + e.what());
   }
   std::vector<std::int64_t> ks;
-  for (const std::string& part : split(text, ',')) ks.push_back(parse_int(part, "--k-schedule"));
+  for (const std::string& part : split(text, ',')) ks.push_back(parse_int(part));
   if (static_cast<std::int64_t>(ks.size()) != layers) {
-    throw UsageError("--k-schedule '" + text + "' lists " + std::to_string(ks.size()) +
+    throw UsageError("--k-schedule " + shown + " lists " + std::to_string(ks.size()) +
                      " values for " + std::to_string(layers) +
                      " layers; give one k per layer (--layers)");
   }
@@ -429,19 +451,33 @@ Metadata model_metadata(const ModelFlags& f) {
 }
 
 nn::TrainingRunOptions run_options(const RunFlags& f, const char* program, Device device,
-                                   std::vector<std::string> eval_columns) {
+                                   std::vector<std::string> eval_columns,
+                                   std::vector<nn::NamedPath> inputs) {
   return {.program = program,
           .steps = f.steps,
           .stop_at = f.stop_at,
           .checkpoint = f.checkpoint,
           .resume = f.resume,
+          .overwrite = f.overwrite,
           .checkpoint_every = f.checkpoint_every > 0 ? f.checkpoint_every : f.eval_every,
           .eval_every = f.eval_every,
           .log = f.log,
           .log_every = f.log_every,
           .eval_columns = std::move(eval_columns),
           .device = device,
-          .progress = {}};
+          .progress = {},
+          .model = std::nullopt,
+          .inputs = std::move(inputs),
+          .outputs = {{"--plot", f.plot}}};
+}
+
+void plot_compared(const RunFlags& f, const std::string& right_column,
+                   const std::string& right_label) {
+  std::vector<nn::NamedPath> logs;
+  for (const std::string& log : f.compare) logs.push_back({"--compare", log});
+  nn::check_outputs_distinct(logs, {{"--plot", f.plot}});
+  nn::plot_logs(f.plot, f.compare, right_column, right_label);
+  std::printf("wrote %s (%zu runs)\n", f.plot.c_str(), f.compare.size());
 }
 
 int report_error(const char* program, std::exception_ptr error) {

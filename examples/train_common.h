@@ -62,6 +62,7 @@ struct RunFlags {
   std::int64_t stop_at = 0;           // 0: run to --steps
   std::string checkpoint;
   bool resume = false;
+  bool overwrite = false;  // a fresh run may replace an existing --checkpoint
   std::string log;
   std::string plot;
   std::vector<std::string> compare;
@@ -77,6 +78,14 @@ struct RunFlags {
 CLI::Validator positive();                         // > 0
 CLI::Validator non_negative();                     // >= 0
 CLI::Validator in_range(double low, double high);  // [low, high]
+// Whole-number flags (nn::flags::integer): decimal digits, a '-' only where `low` is negative, a
+// value in [low, high]; nothing wraps or saturates ("--seed -1" and a 300-digit --steps are
+// refused with a short message). CLI11 then reads the plain decimal the check read.
+CLI::Validator integer(std::int64_t low, std::uint64_t high = INT64_MAX);
+
+// The most steps a run may take: an optimizer counts at most this many (a resumed checkpoint's
+// step is checked against it).
+inline constexpr std::int64_t kMaxSteps = nn::optim::Optimizer::kMaxStepCount;
 
 void add_model_flags(CLI::App& app, ModelFlags& flags);
 void add_run_flags(CLI::App& app, RunFlags& flags);
@@ -171,10 +180,19 @@ void put(Metadata& metadata, const std::string& key, const std::string& value);
 void put(Metadata& metadata, const std::string& key, double value);
 void put(Metadata& metadata, const std::string& key, std::int64_t value);
 Metadata model_metadata(const ModelFlags& flags);
-// The TrainingRun options these flags ask for: its checkpoints, log and evaluation interval,
-// with `eval_columns` as the log's evaluation columns.
+// The TrainingRun options these flags ask for: its checkpoints (--overwrite included), log and
+// evaluation interval, with `eval_columns` as the log's evaluation columns, the files the program
+// reads as `inputs` and --plot among the outputs. nn::check_run_paths on them, before the data
+// is read, refuses an output that is an input or another output, a special file, and an
+// existing checkpoint a fresh run would replace.
 nn::TrainingRunOptions run_options(const RunFlags& flags, const char* program, Device device,
-                                   std::vector<std::string> eval_columns);
+                                   std::vector<std::string> eval_columns,
+                                   std::vector<nn::NamedPath> inputs = {});
+
+// --plot PNG --compare CSV...: draws the logs (nn::plot_logs) after checking that the image is
+// none of them, and says what it wrote.
+void plot_compared(const RunFlags& flags, const std::string& right_column,
+                   const std::string& right_label);
 
 // nn::report_error, with the flags to lower when memory runs out; in a data-parallel job
 // it ends every process.

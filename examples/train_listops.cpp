@@ -172,16 +172,17 @@ std::optional<Options> parse_options(int argc, char** argv) {
                  "Where the TSV splits are read, or generated when missing "
                  "(default: listops_data/<preset>); the sizes below apply when generating");
   app.add_option("--data-seed", o.data_seed, "Seed of the generated expressions")
+      ->check(train::integer(0, UINT64_MAX))
       ->capture_default_str();
   app.add_option("--train-examples", o.train_examples,
                  "Expressions to generate for training (0: the preset's count)")
-      ->check(train::non_negative());
+      ->check(train::integer(0));
   app.add_option("--val-examples", o.val_examples,
                  "Expressions to generate for validation (0: the preset's count)")
-      ->check(train::non_negative());
+      ->check(train::integer(0));
   app.add_option("--test-examples", o.test_examples,
                  "Expressions to generate for the test set (0: the preset's count)")
-      ->check(train::non_negative());
+      ->check(train::integer(0));
   app.add_option("--pooling", o.pooling, "Sequence summary fed to the classifier")
       ->check(CLI::IsMember({"mean", "cls"}))
       ->capture_default_str();
@@ -273,8 +274,7 @@ int main(int argc, char** argv) {
     if (!parsed) return 0;  // --help
     const Options& o = *parsed;
     if (!o.run.compare.empty()) {  // --plot with --compare only draws logs of earlier runs
-      nn::plot_logs(o.run.plot, o.run.compare, "val_acc", "validation accuracy");
-      std::printf("wrote %s (%zu runs)\n", o.run.plot.c_str(), o.run.compare.size());
+      train::plot_compared(o.run, "val_acc", "validation accuracy");
       return 0;
     }
 
@@ -291,6 +291,16 @@ int main(int argc, char** argv) {
     const Device device = train::setup_device(o.run);
     train::check_writable(o.run.checkpoint, "--checkpoint");
     train::check_writable(o.run.log, "--log");
+    train::check_writable(o.run.plot, "--plot");
+    // No output may be a data file (read, or generated now) or another output, nor replace a
+    // checkpoint unasked.
+    std::vector<nn::NamedPath> inputs;
+    for (const char* split : {"basic_train.tsv", "basic_val.tsv", "basic_test.tsv"}) {
+      inputs.push_back({"--data-dir", (fs::path(o.data_dir) / split).string()});
+    }
+    nn::TrainingRunOptions run_options =
+        train::run_options(o.run, kProgram, device, {"val_loss", "val_acc"}, inputs);
+    nn::check_run_paths(run_options);
     // Rank 0 generates and writes the data files when they are missing; the others read them.
     if (dist.rank() != 0) dist.barrier();
     const Splits data = load_or_generate(o.data_dir, p, o.data_seed);
@@ -330,8 +340,6 @@ int main(int argc, char** argv) {
          .seed = o.run.seed,
          .rank = dist.rank(),
          .world_size = dist.world_size()});
-    nn::TrainingRunOptions run_options =
-        train::run_options(o.run, kProgram, device, {"val_loss", "val_acc"});
     run_options.model = description;
     nn::TrainingRun run(run_options, *model, optimizer, &loader, run_metadata(o, config, data),
                         kMustMatch);

@@ -5,6 +5,7 @@
 //   train_mlm --attention full --log full.csv   # the same with standard attention
 //   train_mlm --data book.txt --seq-len 256 --projection linear --k 64 --sharing layerwise
 //   train_mlm --checkpoint run.safetensors --resume      # continues exactly where it stopped
+//   train_mlm --checkpoint run.safetensors --overwrite   # starts over, replacing it
 //   train_mlm --stop-at 1000 ...; train_mlm --resume ... # the same run in two sittings
 //   train_mlm --plot curves.png --compare full.csv linformer.csv
 //
@@ -89,10 +90,10 @@ std::optional<Options> parse_options(int argc, char** argv) {
   app.add_option("--data", o.data, "A text file, or a directory of text files")
       ->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "Tokens (bytes) per training sequence: n")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--eval-sequences", o.eval_sequences, "Validation sequences per evaluation")
-      ->check(train::positive())
+      ->check(train::integer(1))
       ->capture_default_str();
   app.add_option("--val-fraction", o.val_fraction, "Share of the text held out for validation")
       ->check(train::in_range(0.001, 0.5))
@@ -235,8 +236,7 @@ int main(int argc, char** argv) {
     if (!parsed) return 0;  // --help
     const Options& o = *parsed;
     if (!o.run.compare.empty()) {  // --plot with --compare only draws logs of earlier runs
-      nn::plot_logs(o.run.plot, o.run.compare, "val_ppl", "validation perplexity");
-      std::printf("wrote %s (%zu runs)\n", o.run.plot.c_str(), o.run.compare.size());
+      train::plot_compared(o.run, "val_ppl", "validation perplexity");
       return 0;
     }
 
@@ -248,6 +248,11 @@ int main(int argc, char** argv) {
     const Device device = train::setup_device(o.run);
     train::check_writable(o.run.checkpoint, "--checkpoint");
     train::check_writable(o.run.log, "--log");
+    train::check_writable(o.run.plot, "--plot");
+    // No output may be the data or another output, nor replace a checkpoint unasked.
+    nn::TrainingRunOptions run_options =
+        train::run_options(o.run, kProgram, device, {"val_loss", "val_ppl"}, {{"--data", o.data}});
+    nn::check_run_paths(run_options);
     const Data data = load_data(o);
 
     // --- Model, optimizer, schedule, data order; the run resumes from --checkpoint. ---
@@ -274,8 +279,6 @@ int main(int argc, char** argv) {
          .seed = o.run.seed,
          .rank = dist.rank(),
          .world_size = dist.world_size()});
-    nn::TrainingRunOptions run_options =
-        train::run_options(o.run, kProgram, device, {"val_loss", "val_ppl"});
     run_options.model = description;
     nn::TrainingRun run(run_options, *model, optimizer, &loader, run_metadata(o, config, data),
                         kMustMatch);

@@ -4,7 +4,7 @@
 // nn::load_model, whose validation loss must equal the one measured in training. Exits non-zero
 // when anything differs.
 //
-//   train_tiny [DIR] [--steps N]    # writes DIR/tiny.safetensors and DIR/tiny.csv
+//   train_tiny [DIR] [--steps N]    # writes (or replaces) DIR/tiny.safetensors and DIR/tiny.csv
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -42,10 +42,11 @@ int main(int argc, char** argv) {
       const std::string arg = argv[i];
       if (arg == "--steps" && i + 1 < argc) {
         const std::string value = argv[++i];
-        if (const std::string bad = nn::flags::positive()(value); !bad.empty()) {
+        std::string canonical;
+        if (const std::string bad = nn::flags::integer(1)(value, &canonical); !bad.empty()) {
           throw nn::UsageError("--steps: " + bad);
         }
-        steps = std::stoll(value);
+        steps = std::stoll(canonical);
       } else {
         dir = arg;
       }
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
     nn::TrainingRun run({.program = "train_tiny",
                          .steps = steps,
                          .checkpoint = checkpoint,
+                         .overwrite = true,  // every run starts over: a fixed demonstration
                          .eval_every = 10,
                          .log = log,
                          .log_every = 5,

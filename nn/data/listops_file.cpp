@@ -5,37 +5,24 @@
 #include <string>
 #include <system_error>
 
-#include <unistd.h>
-
 #include "core/error.h"
+#include "nn/io/atomic_file.h"
 
 namespace fs = std::filesystem;
 
 namespace tinyformer::nn::data {
 
 void write_listops_tsv(const fs::path& path, const std::vector<ListOpsExample>& examples) {
-  // A per-process name: two processes writing the same file never share a temporary.
-  fs::path temporary = path;
-  temporary += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    TF_CHECK(out.is_open(), "write_listops_tsv: cannot open '", temporary.string(),
-             "' for writing; check that the directory exists and is writable");
-    out << "Source\tTarget\n";
-    for (std::size_t i = 0; i < examples.size(); ++i) {
-      const ListOpsExample& e = examples[i];
-      TF_CHECK(e.label >= 0 && e.label <= 9, "write_listops_tsv: example ", i, " has label ",
-               e.label, ", expected 0..9");
-      out << format_listops(e.tokens) << '\t' << e.label << '\n';
-    }
-    out.flush();
-    TF_CHECK(out.good(), "write_listops_tsv: writing '", temporary.string(),
-             "' failed (disk full?)");
+  for (std::size_t i = 0; i < examples.size(); ++i) {
+    TF_CHECK(examples[i].label >= 0 && examples[i].label <= 9, "write_listops_tsv: example ", i,
+             " has label ", examples[i].label, ", expected 0..9");
   }
-  std::error_code ec;
-  fs::rename(temporary, path, ec);
-  TF_CHECK(!ec, "write_listops_tsv: cannot move '", temporary.string(), "' to '", path.string(),
-           "': ", ec.message());
+  AtomicFile file(path.string(), "write_listops_tsv: " + path.string());
+  file.write("Source\tTarget\n");
+  for (const ListOpsExample& e : examples) {
+    file.write(format_listops(e.tokens) + '\t' + std::to_string(e.label) + '\n');
+  }
+  file.commit();
 }
 
 std::vector<ListOpsExample> read_listops_tsv(const fs::path& path) {

@@ -9,8 +9,8 @@
 
 namespace tinyformer::nn::data {
 
-// Writes atomically (a temporary file renamed into place), so an interrupted write leaves no
-// half file under `path`.
+// Writes through nn::AtomicFile (nn/io/atomic_file.h): an interrupted write leaves no half file
+// under `path`, and only a regular file or a missing path is replaced.
 void write_listops_tsv(const std::filesystem::path& path,
                        const std::vector<ListOpsExample>& examples);
 

@@ -10,19 +10,16 @@
 #include <bit>
 #include <cerrno>
 #include <charconv>
-#include <climits>
-#include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <limits>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
 #include <vector>
 
 #include "core/checked.h"
+#include "nn/io/atomic_file.h"
 
 namespace tinyformer::nn {
 
@@ -117,22 +114,10 @@ class Fd {
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
 
  private:
   int fd_;
 };
-
-void write_all(int fd, const void* data, std::size_t bytes, const std::string& where) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    TF_CHECK(n > 0, where, ": write failed: ", errno_text());
-    p += n;
-    bytes -= static_cast<std::size_t>(n);
-  }
-}
 
 // Reads exactly `bytes` at `offset`; a short read means the file changed or ended early.
 void read_all(int fd, void* data, std::size_t bytes, std::uint64_t offset,
@@ -150,70 +135,19 @@ void read_all(int fd, void* data, std::size_t bytes, std::uint64_t offset,
   }
 }
 
-// Removes "<path>.tmp.<pid>" files whose process no longer exists: what a save killed
-// mid-write leaves behind. A live process's file (another run saving to the same path, or a
-// reused pid) is left alone, as is anything that is not a regular file.
-void remove_stale_temporaries(const std::string& path) {
-  const std::filesystem::path target(path);
-  std::filesystem::path dir = target.parent_path();
-  if (dir.empty()) dir = ".";
-  const std::string prefix = target.filename().string() + ".tmp.";
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string digits = name.substr(prefix.size());
-    pid_t pid = 0;
-    const auto [rest, parse_ec] =
-        std::from_chars(digits.data(), digits.data() + digits.size(), pid);
-    if (parse_ec != std::errc() || rest != digits.data() + digits.size() || pid <= 0) continue;
-    if (pid == ::getpid()) continue;
-    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
-    struct stat st {};
-    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    (void)::unlink(it->path().c_str());
-  }
-}
-
-// Writes `header` and the tensors' bytes to `path` through a temporary file and a rename.
+// Writes `header` and the tensors' bytes to `path` through an AtomicFile.
 void write_atomically(const std::string& path, const std::string& header,
                       const std::vector<Tensor>& host, const std::string& where) {
-  remove_stale_temporaries(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  // O_NOFOLLOW and O_NONBLOCK: whatever is at the temporary name (a link, a FIFO) is not
-  // written through or waited on; a regular file there is ours (this pid) and is replaced.
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
-               0644));
-  TF_CHECK(fd.get() >= 0, where, ": cannot create ", tmp, ": ", errno_text());
-  struct stat st {};
-  TF_CHECK(::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode), where, ": ", tmp,
-           " is not a regular file");
-  try {
-    const std::uint64_t n = header.size();
-    unsigned char length[8];
-    std::memcpy(length, &n, 8);  // little-endian (asserted above)
-    write_all(fd.get(), length, 8, where);
-    write_all(fd.get(), header.data(), header.size(), where);
-    for (const Tensor& t : host) {
-      write_all(fd.get(), t.data_ptr(),
-                static_cast<std::size_t>(t.numel()) * element_size(t.dtype()), where);
-    }
-    // The bytes must be on disk before the rename makes them the checkpoint; otherwise a crash
-    // could leave a renamed but empty file.
-    TF_CHECK(::fsync(fd.get()) == 0, where, ": fsync of ", tmp, " failed: ", errno_text());
-    TF_CHECK(::close(fd.release()) == 0, where, ": close of ", tmp, " failed: ", errno_text());
-    TF_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, where, ": cannot rename ", tmp, " to ", path,
-             ": ", errno_text());
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
+  AtomicFile file(path, where);
+  const std::uint64_t n = header.size();
+  unsigned char length[8];
+  std::memcpy(length, &n, 8);  // little-endian (asserted above)
+  file.write(length, 8);
+  file.write(header);
+  for (const Tensor& t : host) {
+    file.write(t.data_ptr(), static_cast<std::size_t>(t.numel()) * element_size(t.dtype()));
   }
-  // Makes the rename itself durable. The file is already complete and in place, and some
-  // filesystems refuse to sync a directory, so a failure here is not reported.
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir_fd.get() >= 0) (void)::fsync(dir_fd.get());
+  file.commit();
 }
 
 // Parses the header, rejecting duplicate names (which a plain parse would silently merge) and
@@ -319,41 +253,6 @@ std::uint64_t fnv1a64(const void* data, std::size_t bytes, std::uint64_t hash) {
   return hash;
 }
 
-std::string check_file_path(const std::string& path, bool for_saving, const std::string& where) {
-  TF_CHECK(!path.empty(), where, ": an empty path");
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) {
-    TF_CHECK(errno == ENOENT, where, ": cannot stat: ", errno_text());
-    if (for_saving) {
-      std::filesystem::path dir = std::filesystem::path(path).parent_path();
-      if (dir.empty()) dir = ".";
-      TF_CHECK(::access(dir.c_str(), W_OK) == 0, where, ": cannot write to the directory '",
-               dir.string(), "': ", errno_text());
-    }
-    return path;
-  }
-  std::string target = path;
-  if (S_ISLNK(st.st_mode)) {
-    // Saving follows the link: the file it points to is replaced, the link stays.
-    std::unique_ptr<char, decltype(&std::free)> resolved(::realpath(path.c_str(), nullptr),
-                                                         &std::free);
-    TF_CHECK(resolved != nullptr, where, ": a symbolic link that cannot be followed (",
-             errno_text(), "); remove it or point it at a regular file");
-    target = resolved.get();
-    TF_CHECK(::stat(target.c_str(), &st) == 0, where, ": cannot stat ", target, ": ", errno_text());
-  }
-  const std::string shown = target == path ? std::string() : " (a symbolic link to " + target + ")";
-  TF_CHECK(S_ISREG(st.st_mode), where, shown, ": not a regular file but ", file_kind(st.st_mode),
-           for_saving ? "; refusing to replace it" : "");
-  if (for_saving) {
-    std::filesystem::path dir = std::filesystem::path(target).parent_path();
-    if (dir.empty()) dir = ".";
-    TF_CHECK(::access(dir.c_str(), W_OK) == 0, where, ": cannot write to the directory '",
-             dir.string(), "': ", errno_text());
-  }
-  return target;
-}
-
 void save_safetensors(const std::string& path, const StateDict& tensors, const Metadata& metadata) {
   const std::string where = "save_safetensors: " + path;
   std::set<std::string> names;
@@ -398,7 +297,7 @@ void save_safetensors(const std::string& path, const StateDict& tensors, const M
   // Pad with spaces (valid JSON whitespace) so the data section starts 8-byte aligned, as
   // Python's safetensors does.
   text.append((8 - text.size() % 8) % 8, ' ');
-  write_atomically(check_file_path(path, /*for_saving=*/true, where), text, host, where);
+  write_atomically(path, text, host, where);
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

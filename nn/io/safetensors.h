@@ -18,9 +18,9 @@
 // with none of them (written by another tool) loads unchecked.
 //
 // Paths: only regular files are read or replaced. Loading refuses a FIFO, a device, a socket or
-// a directory without blocking on it. Saving through a symbolic link follows it: the file the
-// link points to is replaced atomically (its temporary file lies beside it) and the link stays;
-// a link to a missing file, to a directory or to a special file is refused.
+// a directory without blocking on it. Saving follows nn::AtomicFile's rules (nn/io/atomic_file.h):
+// a symbolic link's target is replaced and the link stays, anything but a regular file or a
+// missing path is refused, the replaced file's mode (and owner, where allowed) is kept.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +28,7 @@
 #include <map>
 #include <string>
 
+#include "nn/io/atomic_file.h"  // AtomicFile, check_file_path
 #include "nn/module.h"
 
 namespace tinyformer::nn {
@@ -39,10 +40,8 @@ struct SafetensorsFile {
   Metadata metadata;
 };
 
-// Writes "<path>.tmp.<pid>", flushes it to disk, renames it over `path` and syncs the
-// directory: a reader sees the old file or the new one, never a partial file, even if the
-// process dies mid-save. Temporary files of this path left by processes that no longer exist
-// (a save killed mid-write) are removed first. Tensors may live on any device and have any
+// Writes the file atomically (nn::AtomicFile): a reader sees the old file or the new one, never
+// a partial file, even if the process dies mid-save. Tensors may live on any device and have any
 // layout. Metadata keys starting with "tinyformer.fnv1a64." are reserved.
 void save_safetensors(const std::string& path, const StateDict& tensors,
                       const Metadata& metadata = {});
@@ -51,13 +50,6 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
 // offsets, duplicate names, boolean bytes, checksums) before returning; any problem is an
 // Error naming the file and what is wrong. Tensors land on the CPU.
 SafetensorsFile load_safetensors(const std::string& path);
-
-// The checks both functions above make on a path before touching it, for callers that want
-// them early (a training run checks its checkpoint path before it trains): an Error starting
-// with `where` unless `path` is missing or a regular file, or a symbolic link to one (for_saving:
-// the link must lead to an existing file, and the directory must exist and be writable).
-// Returns the path a save writes: `path`, or the file a link points to.
-std::string check_file_path(const std::string& path, bool for_saving, const std::string& where);
 
 // The 64-bit FNV-1a hash of `bytes` bytes, as the checksums above use it.
 std::uint64_t fnv1a64(const void* data, std::size_t bytes,

@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "nn/io/atomic_file.h"
+#include "nn/io/output_paths.h"
 
 namespace tinyformer::nn {
 
@@ -36,6 +38,16 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return parts;
 }
 
+// The whole of a file; false when it cannot be read.
+bool read_file(const fs::path& path, std::string& bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) return false;
+  std::ostringstream text;
+  text << in.rdbuf();
+  bytes = text.str();
+  return !in.bad();
+}
+
 std::vector<std::string> csv_header(const std::string& csv) {
   std::ifstream in(csv);
   if (!in.is_open()) fail("plot_logs: cannot read the log '", csv, "'; check the path");
@@ -55,16 +67,22 @@ std::string gnuplot_quote(const std::string& text) {
 
 void gnuplot_png(const std::string& png, int width, int height, const std::string& commands,
                  const char* op) {
-  const std::string tmp_png = png + ".tmp." + std::to_string(::getpid()) + ".png";
-  const fs::path script =
-      fs::temp_directory_path() / ("tinyformer-plot-" + std::to_string(::getpid()) + ".gp");
+  // Before gnuplot runs: a path that is not a regular file, or a read-only directory, fails at
+  // once.
+  check_file_path(png, /*for_saving=*/true, std::string(op) + ": " + png);
+  // gnuplot draws into a private file; its bytes then replace `png` through AtomicFile, which
+  // keeps the old file's mode and refuses to replace anything but a regular file.
+  const std::string stem = "tinyformer-plot-" + std::to_string(::getpid());
+  const fs::path script = fs::temp_directory_path() / (stem + ".gp");
+  const fs::path drawn = fs::temp_directory_path() / (stem + ".png");
+  std::error_code ec;
   {
     std::ofstream gp(script);
     TF_CHECK(gp.is_open(), op, ": cannot write ", script.string());
     // Names and titles are plain text: noenhanced keeps "train_mlm" from showing "mlm" as a
     // subscript.
     gp << "set terminal pngcairo size " << width << "," << height << " font ',10' noenhanced\n"
-       << "set output " << gnuplot_quote(tmp_png) << "\n"
+       << "set output " << gnuplot_quote(drawn.string()) << "\n"
        << commands;
   }
   const std::string command = "gnuplot " + sh_quote(script.string()) + " 2>&1";
@@ -75,26 +93,27 @@ void gnuplot_png(const std::string& png, int width, int height, const std::strin
     while (std::fgets(buffer, sizeof buffer, pipe)) output += buffer;
     status = ::pclose(pipe);
   }
-  std::error_code ec;
   fs::remove(script, ec);
+  std::string bytes;
+  const bool read = status == 0 && read_file(drawn, bytes);
+  fs::remove(drawn, ec);
   if (status != 0) {
-    fs::remove(tmp_png, ec);
     std::string first = output.substr(0, output.find('\n'));
     if (status == 127 * 256 || first.find("not found") != std::string::npos) {
       first = "gnuplot is not installed (apt-get install gnuplot-nox)";
     }
     fail(op, ": gnuplot failed: ", first.empty() ? "no output" : first);
   }
-  fs::rename(tmp_png, png, ec);
-  if (ec) {
-    fs::remove(tmp_png, ec);
-    fail(op, ": cannot write '", png, "'; check that its directory exists");
-  }
+  TF_CHECK(read, op, ": gnuplot wrote no image to ", drawn.string());
+  write_file_atomically(png, bytes, std::string(op) + ": " + png);
 }
 
 void plot_logs(const std::string& png, const std::vector<std::string>& csvs,
                const std::string& right_column, const std::string& right_label) {
   TF_CHECK(!csvs.empty(), "plot_logs: no logs to plot");
+  std::vector<NamedPath> logs;
+  for (const std::string& csv : csvs) logs.push_back({"the log", csv});
+  check_outputs_distinct(logs, {{"plot_logs: the image", png}});
   for (const std::string& csv : csvs) {
     const auto columns = csv_header(csv);
     for (const std::string& needed : {std::string("step"), std::string("loss"), right_column}) {

@@ -15,6 +15,7 @@
 //   }
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <stdexcept>
@@ -46,6 +47,30 @@ struct NumberCheck {
 NumberCheck positive();                         // > 0
 NumberCheck non_negative();                     // >= 0
 NumberCheck in_range(double low, double high);  // [low, high]
+
+// A check of a whole number given as text, for flags that hold integers: decimal digits, with a
+// '-' in front only for a negative number, nothing else (no '+', no spaces, no exponent, no
+// octal or hexadecimal), and a value in [low, high]. Nothing wraps or saturates: a number
+// beyond the range, however many digits it has, is "out of range". Messages quote at most 20
+// characters of the text: "expected a whole number, got 'abc'", "out of range: expected a whole
+// number of 1 or more, got '-3'".
+struct IntegerCheck {
+  std::int64_t low;
+  std::uint64_t high;
+  std::string expected;     // completes "expected ...": "a whole number of 1 or more"
+  std::string description;  // a short name for --help: "POSITIVE", "IN [0, 255]"
+  // Empty when `text` passes; then `canonical`, when given, receives the value in plain decimal
+  // (leading zeros dropped) for a parser that reads the text after the check.
+  std::string operator()(const std::string& text, std::string* canonical = nullptr) const;
+};
+
+// [low, high]; with high left at INT64_MAX the check reads "of <low> or more".
+IntegerCheck integer(std::int64_t low, std::uint64_t high = INT64_MAX);
+
+// What a message shows of a user's text: at most its first 20 characters, then "..." when it is
+// longer; shortened() as it is, quoted() in single quotes.
+std::string shortened(const std::string& text);
+std::string quoted(const std::string& text);
 
 }  // namespace flags
 

@@ -1,15 +1,19 @@
 // ProgressBar and CsvLogger: what a training loop prints and logs.
 #include "nn/train/progress.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
+#include <cstring>
+#include <fstream>
 #include <utility>
 
 #include "core/error.h"
+#include "nn/io/atomic_file.h"
 
 namespace tinyformer::nn {
 
@@ -152,29 +156,41 @@ CsvLogger::CsvLogger(const std::string& path, std::vector<std::string> columns,
                      std::string kept_rows)
     : path_(path), columns_(std::move(columns)) {
   TF_CHECK(!columns_.empty(), "CsvLogger: expected at least one column for '", path, "'");
-  // Header and kept rows go to a temporary file renamed into place, so that a resumed log is
-  // never left half rewritten; new rows are appended to it afterwards.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TF_CHECK(out.is_open(), "CsvLogger: cannot create '", tmp,
-             "'; check that its directory exists and is writable");
-    out << join(columns_) << '\n' << kept_rows;
-    out.flush();
-    TF_CHECK(out.good(), "CsvLogger: writing '", tmp, "' failed");
+  // Header and kept rows replace the file atomically, so that a resumed log is never left half
+  // rewritten; new rows are appended to it afterwards.
+  AtomicFile file(path, "CsvLogger: " + path);
+  file.write(join(columns_) + '\n' + kept_rows);
+  file.commit();
+  fd_ = ::open(file.target().c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd_ < 0) {
+    const int error = errno;
+    fail("CsvLogger: cannot open ", file.target(), " for appending: ", std::strerror(error));
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    fail("CsvLogger: cannot rename '", tmp, "' to '", path, "'");
+}
+
+CsvLogger::CsvLogger(CsvLogger&& other) noexcept
+    : path_(std::move(other.path_)),
+      columns_(std::move(other.columns_)),
+      fd_(std::exchange(other.fd_, -1)) {}
+
+CsvLogger& CsvLogger::operator=(CsvLogger&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    columns_ = std::move(other.columns_);
+    fd_ = std::exchange(other.fd_, -1);
   }
-  out_.open(path, std::ios::binary | std::ios::app);
-  TF_CHECK(out_.is_open(), "CsvLogger: cannot open '", path, "' for appending");
+  return *this;
+}
+
+CsvLogger::~CsvLogger() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 CsvLogger CsvLogger::resume(const std::string& path, std::vector<std::string> columns,
                             double keep_up_to) {
+  // A FIFO or a device at the path is refused before it is opened (reading a FIFO would wait).
+  check_file_path(path, /*for_saving=*/true, "CsvLogger: " + path);
   std::ifstream in(path, std::ios::binary);
   if (!in.is_open()) return CsvLogger(path, std::move(columns));
   std::string header;
@@ -207,9 +223,20 @@ void CsvLogger::row(const std::vector<double>& values) {
     std::snprintf(cell, sizeof cell, "%.9g", values[i]);
     line += cell;
   }
-  out_ << line << '\n';
-  out_.flush();
-  TF_CHECK(out_.good(), "CsvLogger: writing to '", path_, "' failed");
+  line += '\n';
+  // One write per row, appended at once: a crash leaves every earlier row complete.
+  const char* p = line.data();
+  std::size_t left = line.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n < 0 ? errno : EIO;
+      fail("CsvLogger: writing to ", path_, " failed: ", std::strerror(error));
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
 }
 
 }  // namespace tinyformer::nn

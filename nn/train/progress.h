@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -79,10 +78,18 @@ std::string format_duration(double seconds);
 
 // A CSV file: the header once, then one row per call, each flushed at once so that a crash or
 // an interrupted run leaves every logged row readable.
+// The file is written as nn::AtomicFile writes (nn/io/atomic_file.h): the header (and a resumed
+// log's kept rows) replace the file atomically, keeping its mode; a directory, a FIFO or a device
+// at the path is refused; errors give the system's reason.
 class CsvLogger {
  public:
-  // Creates (or truncates) `path` and writes the header.
+  // Replaces `path` with a file holding the header.
   CsvLogger(const std::string& path, std::vector<std::string> columns);
+  CsvLogger(CsvLogger&& other) noexcept;
+  CsvLogger& operator=(CsvLogger&& other) noexcept;
+  CsvLogger(const CsvLogger&) = delete;
+  CsvLogger& operator=(const CsvLogger&) = delete;
+  ~CsvLogger();
   // Continues the log of a resumed run: keeps the rows whose first column is at most
   // `keep_up_to` (rows written after the checkpoint would be repeated otherwise) and appends.
   // A missing file starts a new log. Throws an Error when the file's header differs from
@@ -99,7 +106,7 @@ class CsvLogger {
 
   std::string path_;
   std::vector<std::string> columns_;
-  std::ofstream out_;
+  int fd_ = -1;  // the file, opened for appending
 };
 
 }  // namespace tinyformer::nn

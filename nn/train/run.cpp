@@ -122,6 +122,31 @@ void restore_generator(const std::string& state) {
   default_generator().set_offset(offset);
 }
 
+void check_run_paths(const TrainingRunOptions& options) {
+  const std::string& checkpoint = options.checkpoint;
+  TF_CHECK(!options.resume || !checkpoint.empty(),
+           "--resume needs --checkpoint PATH to resume from");
+  if (!checkpoint.empty()) {
+    check_file_path(checkpoint, /*for_saving=*/true, "--checkpoint " + checkpoint);
+    const bool exists = std::filesystem::exists(std::filesystem::symlink_status(checkpoint));
+    TF_CHECK(exists || !options.resume, "--resume: no checkpoint at ", checkpoint,
+             "; run without --resume to start training");
+    TF_CHECK(!exists || options.resume || options.overwrite, "--checkpoint ", checkpoint,
+             ": a checkpoint is there already; pass --resume to continue its run, --overwrite to "
+             "start over and replace it, or another --checkpoint");
+  }
+  if (!options.log.empty())
+    check_file_path(options.log, /*for_saving=*/true, "--log " + options.log);
+  std::vector<NamedPath> outputs = {{"--checkpoint", checkpoint}, {"--log", options.log}};
+  for (const NamedPath& output : options.outputs) {
+    if (!output.path.empty()) {
+      check_file_path(output.path, /*for_saving=*/true, output.flag + " " + output.path);
+    }
+    outputs.push_back(output);
+  }
+  check_outputs_distinct(options.inputs, outputs);
+}
+
 struct TrainingRun::SavedHandlers {
   struct sigaction interrupt {};
   struct sigaction terminate {};
@@ -147,14 +172,9 @@ TrainingRun::TrainingRun(TrainingRunOptions options, Module& model, optim::Optim
            options_.stop_at, ") must lie in [0, steps] (steps ", options_.steps, ")");
   TF_CHECK(options_.checkpoint_every >= 0 && options_.eval_every >= 0 && options_.log_every > 0,
            "TrainingRun: checkpoint_every and eval_every must be 0 or more, log_every positive");
-  TF_CHECK(!options_.resume || !options_.checkpoint.empty(),
-           "--resume needs --checkpoint PATH to resume from");
   // Before any work: the checkpoint is saved only after training, too late to find out that
-  // the path is a directory or a FIFO, or that its directory is read-only.
-  if (!options_.checkpoint.empty()) {
-    check_file_path(options_.checkpoint, /*for_saving=*/true,
-                    "--checkpoint " + options_.checkpoint);
-  }
+  // the path is a directory or a FIFO, that its directory is read-only, or that it is the data.
+  check_run_paths(options_);
   config_["program"] = options_.program;
   if (options_.model) {
     TF_CHECK(model_.type_name() == model_kind_name(options_.model->kind),
@@ -226,8 +246,6 @@ int TrainingRun::interrupted() const {
 void TrainingRun::resume_from_checkpoint(const Metadata& current,
                                          const std::vector<std::string>& must_match) {
   const std::string& path = options_.checkpoint;
-  TF_CHECK(std::filesystem::exists(std::filesystem::symlink_status(path)),
-           "--resume: no checkpoint at ", path, "; run without --resume to start training");
   // One read: the metadata checked here and the tensors loaded below come from the same bytes.
   const SafetensorsFile file = load_safetensors(path);
   const Metadata& saved = file.metadata;

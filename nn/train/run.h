@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "nn/io/output_paths.h"
 #include "nn/io/safetensors.h"
 #include "nn/models.h"
 #include "nn/module.h"
@@ -85,6 +86,9 @@ struct TrainingRunOptions {
   std::int64_t stop_at = 0;  // stop after this step as an interruption would (0: at steps)
   std::string checkpoint{};  // the checkpoint file; empty: no checkpoints
   bool resume = false;       // continue from `checkpoint`, which must exist
+  // Replace an existing `checkpoint` with a fresh run's. Without it (and without resume) an
+  // existing checkpoint is an Error: a run is not thrown away by repeating a command.
+  bool overwrite = false;
   std::int64_t checkpoint_every = 0;  // save every this many steps (0: only when the run ends)
   std::int64_t eval_every = 0;        // evaluation_due() every this many steps (0: never)
   std::string log{};                  // the CSV log; empty: none
@@ -100,7 +104,24 @@ struct TrainingRunOptions {
   // rebuilds it in another program; on resume, a checkpoint of another model is refused with
   // the fields that differ. The model must be of the described kind.
   std::optional<ModelDescription> model{};
+  // The files the program reads (its data) and the files it writes besides the checkpoint and
+  // the log (a plot): no output may be an input or another output (check_run_paths).
+  std::vector<NamedPath> inputs{};
+  std::vector<NamedPath> outputs{};
 };
+
+// The checks of the run's paths that TrainingRun's constructor makes before any work, for a
+// program that wants them earlier (before it reads or generates its data): an Error when
+//   - resume is set without a checkpoint, or with none at the path;
+//   - the checkpoint, the log or one of `outputs` is something other than a regular file or a
+//     missing path (a directory, a FIFO, a device: check_file_path), or its directory is not
+//     writable;
+//   - a fresh run (no resume) would replace an existing checkpoint without `overwrite`;
+//   - an output (checkpoint, log, `outputs`) is one of `inputs`, lies inside an input directory,
+//     or is the same file as another output (check_outputs_distinct; a resumed run reads and
+//     rewrites its own checkpoint, which is not an input here).
+// Messages name the flags (--checkpoint, --log, --resume, --overwrite).
+void check_run_paths(const TrainingRunOptions& options);
 
 // What one optimizer step measured.
 struct StepStats {
@@ -117,9 +138,10 @@ class TrainingRun {
   // be null when the script keeps no data position) after checking that it was written by the
   // same program with the same values of the keys in `must_match` (a mismatch throws an Error
   // naming the flag and both values; other "config." keys that differ are printed as notes).
-  // Nothing is written before these checks pass. The checkpoint path is checked first (with or
-  // without --resume): a directory, a FIFO, a device or a socket there, or a directory that is
-  // not writable, is an Error before any work. Then opens the log (a resumed run keeps the
+  // Nothing is written before these checks pass. The paths are checked first (check_run_paths):
+  // an output that is an input or a special file, a read-only directory, or an existing
+  // checkpoint that a fresh run would replace without `overwrite` is an Error before any work.
+  // Then opens the log (a resumed run keeps the
   // rows up to its step), installs the interrupt handlers and starts the clock. `config` is
   // saved in every checkpoint.
   TrainingRun(TrainingRunOptions options, Module& model, optim::Optimizer& optimizer,

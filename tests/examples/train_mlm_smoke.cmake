@@ -86,9 +86,10 @@ expect_failure(other_config "another configuration" --data ${WORK_DIR}/tiny.txt 
 # non-finite values, refused while parsing rather than at the first step.
 expect_failure(negative_lr "--lr: expected a value above 0, got -1" --data ${WORK_DIR}/tiny.txt
   ${small} --lr -1 --checkpoint none)
-expect_failure(negative_k "--k: expected a value above 0, got -3" --data ${WORK_DIR}/tiny.txt
+expect_failure(negative_k "--k: out of range: expected a whole number of 1 or more, got '-3'"
+  --data ${WORK_DIR}/tiny.txt
   --seq-len 32 --batch 8 --layers 1 --d-model 32 --heads 2 --d-ff 64 --k -3 --checkpoint none)
-expect_failure(negative_profile "--profile: expected a value of 0 or more, got -2"
+expect_failure(negative_profile "--profile: out of range: expected a whole number of 0 or more"
   --data ${WORK_DIR}/tiny.txt ${small} --profile -2 --checkpoint none)
 expect_failure(infinite_clip "--clip: expected a finite number, got inf"
   --data ${WORK_DIR}/tiny.txt ${small} --clip inf --checkpoint none)

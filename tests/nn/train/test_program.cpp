@@ -4,7 +4,9 @@
 
 #include <unistd.h>
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -82,6 +84,52 @@ TEST_CASE("flag checks accept finite numbers in range and say what is wrong othe
   CHECK(nn::flags::positive()("3x") == "expected a number, got '3x'");
   CHECK(nn::flags::positive()("") == "expected a number, got ''");
   CHECK(nn::flags::positive().description == "POSITIVE");
+}
+
+TEST_CASE("integer checks read plain decimal whole numbers in range, and quote 20 characters") {
+  const nn::flags::IntegerCheck positive = nn::flags::integer(1);
+  const nn::flags::IntegerCheck seed = nn::flags::integer(0, UINT64_MAX);
+  const nn::flags::IntegerCheck any = nn::flags::integer(INT64_MIN);
+  std::string canonical;
+  CHECK(positive("32", &canonical) == "");
+  CHECK(canonical == "32");
+  CHECK(positive("010", &canonical) == "");  // decimal, not octal
+  CHECK(canonical == "10");
+  CHECK(seed("18446744073709551615", &canonical) == "");
+  CHECK(canonical == "18446744073709551615");
+  CHECK(any("-9223372036854775808", &canonical) == "");
+  CHECK(canonical == "-9223372036854775808");
+  CHECK(any("-007", &canonical) == "");
+  CHECK(canonical == "-7");
+  CHECK(positive("0") == "out of range: expected a whole number of 1 or more, got '0'");
+  CHECK(seed("-1") ==
+        "out of range: expected a whole number from 0 to 18446744073709551615, got '-1'");
+  CHECK(seed("-0") != "");
+  CHECK(seed("18446744073709551616") != "");
+  CHECK(any("-9223372036854775809") ==
+        "out of range: expected a whole number of -9223372036854775808 or more, got "
+        "'-9223372036854775809'");
+  CHECK(any("9223372036854775808") != "");
+  CHECK(nn::flags::integer(0, 256)("257") ==
+        "out of range: expected a whole number from 0 to 256, got '257'");
+  const std::string nines(300, '9');
+  CHECK(positive(nines) ==
+        "out of range: expected a whole number of 1 or more, got '99999999999999999999...'");
+  CHECK(positive("1" + std::string(300, 'x')) ==
+        "expected a whole number, got '1xxxxxxxxxxxxxxxxxxx...'");
+  for (const char* bad : {"", "-", "+5", " 5", "5 ", "1e3", "0x10", "5.0", "abc", "1\n"}) {
+    CAPTURE(bad);
+    canonical = "unchanged";
+    CHECK(positive(bad, &canonical).starts_with("expected a whole number, got '"));
+    CHECK(canonical == "unchanged");
+  }
+  CHECK(positive.description == "POSITIVE");
+  CHECK(nn::flags::integer(0).description == "NONNEGATIVE");
+  CHECK(nn::flags::integer(0, 9).description == "IN [0, 9]");
+  // The number checks quote as much, and no more.
+  CHECK(nn::flags::positive()(nines + "x") == "expected a number, got '99999999999999999999...'");
+  CHECK(nn::flags::quoted("short") == "'short'");
+  CHECK(nn::flags::shortened(std::string(25, 'a')) == "aaaaaaaaaaaaaaaaaaaa...");
 }
 
 TEST_CASE("usable_device and check_writable refuse with the flag's name") {

@@ -489,3 +489,120 @@ TEST_CASE("TrainingRun: SIGINT or SIGTERM ends the run after the step with a che
   ::sigaction(SIGINT, &old_int, nullptr);
   ::sigaction(SIGTERM, &old_term, nullptr);
 }
+
+TEST_CASE("TrainingRun: a fresh run refuses an existing checkpoint unless told to overwrite it") {
+  TempDir dir;
+  Script a;
+  nn::TrainingRunOptions opts = options(dir, "a");
+  opts.stop_at = 2;
+  opts.log.clear();
+  {
+    nn::TrainingRun run(opts, *a.model, *a.optimizer, a.loader.get(), {});
+    a.train(run);
+  }
+  const std::string before = read_all(opts.checkpoint);
+  Script b;
+  CHECK_THROWS_WITH_AS(nn::TrainingRun(opts, *b.model, *b.optimizer, b.loader.get(), {}),
+                       doctest::Contains(("--checkpoint " + opts.checkpoint +
+                                          ": a checkpoint is there already; pass --resume to "
+                                          "continue its run, --overwrite to start over")
+                                             .c_str()),
+                       Error);
+  CHECK(read_all(opts.checkpoint) == before);
+  // Through a symbolic link too.
+  nn::TrainingRunOptions linked = opts;
+  linked.checkpoint = dir.file("latest.safetensors");
+  fs::create_symlink(opts.checkpoint, linked.checkpoint);
+  CHECK_THROWS_WITH_AS(nn::TrainingRun(linked, *b.model, *b.optimizer, b.loader.get(), {}),
+                       doctest::Contains("a checkpoint is there already"), Error);
+
+  opts.overwrite = true;
+  opts.stop_at = 3;
+  {
+    nn::TrainingRun run(opts, *b.model, *b.optimizer, b.loader.get(), {});
+    CHECK_FALSE(run.resumed());
+    CHECK(run.step() == 0);
+    b.train(run);
+  }
+  CHECK(nn::load_safetensors(opts.checkpoint).metadata.at("step") == "3");
+}
+
+TEST_CASE("TrainingRun refuses outputs that are its inputs or each other, before any work") {
+  TempDir dir;
+  Script s;
+  const std::string data = dir.file("d.txt");
+  { std::ofstream(data) << "the training data\n"; }
+  auto refused = [&](nn::TrainingRunOptions opts, const std::string& needle) {
+    CAPTURE(needle);
+    CHECK_THROWS_WITH_AS(nn::TrainingRun(opts, *s.model, *s.optimizer, s.loader.get(), {}),
+                         doctest::Contains(needle.c_str()), Error);
+    CHECK(read_all(data) == "the training data\n");
+  };
+  nn::TrainingRunOptions opts = options(dir, "run");
+  opts.inputs = {{"--data", data}};
+  nn::TrainingRunOptions log_on_data = opts;
+  log_on_data.checkpoint.clear();
+  log_on_data.log = data;
+  refused(log_on_data,
+          "--log " + data + " is the same file as --data " + data + ": writing it would destroy");
+  nn::TrainingRunOptions checkpoint_on_data = opts;
+  checkpoint_on_data.checkpoint = dir.file("./d.txt");
+  checkpoint_on_data.overwrite = true;  // overwriting a checkpoint never means the data
+  refused(checkpoint_on_data,
+          "--checkpoint " + dir.file("./d.txt") + " is the same file as --data");
+  nn::TrainingRunOptions plot_on_data = opts;
+  plot_on_data.outputs = {{"--plot", data}};
+  refused(plot_on_data, "--plot " + data + " is the same file as --data");
+  nn::TrainingRunOptions log_on_checkpoint = opts;
+  log_on_checkpoint.log = opts.checkpoint;
+  refused(log_on_checkpoint, "are the same file: one would overwrite the other");
+  CHECK_FALSE(fs::exists(opts.checkpoint));
+
+  // A FIFO at the log or the plot is refused and stays a FIFO.
+  REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+  nn::TrainingRunOptions log_on_fifo = opts;
+  log_on_fifo.log = dir.file("fifo");
+  refused(log_on_fifo, "--log " + dir.file("fifo") + ": not a regular file but a FIFO");
+  nn::TrainingRunOptions plot_on_fifo = opts;
+  plot_on_fifo.outputs = {{"--plot", dir.file("fifo")}};
+  refused(plot_on_fifo, "--plot " + dir.file("fifo") + ": not a regular file but a FIFO");
+  CHECK(fs::is_fifo(dir.file("fifo")));
+
+  // The resumed checkpoint is read and rewritten by the same run: not a conflict.
+  opts.stop_at = 2;
+  {
+    nn::TrainingRun run(opts, *s.model, *s.optimizer, s.loader.get(), {});
+    s.train(run);
+  }
+  Script t;
+  opts.resume = true;
+  opts.stop_at = 0;
+  nn::TrainingRun run(opts, *t.model, *t.optimizer, t.loader.get(), {});
+  CHECK(run.step() == 2);
+}
+
+TEST_CASE("TrainingRun: a checkpoint of mode 600 keeps it when a resumed run saves it") {
+  TempDir dir;
+  Script a;
+  nn::TrainingRunOptions opts = options(dir, "private");
+  opts.stop_at = 4;
+  {
+    nn::TrainingRun run(opts, *a.model, *a.optimizer, a.loader.get(), {});
+    a.train(run);
+  }
+  REQUIRE(::chmod(opts.checkpoint.c_str(), 0600) == 0);
+  REQUIRE(::chmod(opts.log.c_str(), 0600) == 0);
+  Script b;
+  opts.resume = true;
+  opts.stop_at = 0;
+  {
+    nn::TrainingRun run(opts, *b.model, *b.optimizer, b.loader.get(), {});
+    b.train(run);
+  }
+  CHECK(nn::load_safetensors(opts.checkpoint).metadata.at("step") == "12");
+  struct stat st {};
+  REQUIRE(::stat(opts.checkpoint.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+  REQUIRE(::stat(opts.log.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+}
