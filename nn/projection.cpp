@@ -153,6 +153,9 @@ std::shared_ptr<Projection> make_projection(const std::string& name, const Proje
   }
   auto projection = factory(spec);
   TF_CHECK(projection != nullptr, "make_projection: the factory for \"", name, "\" returned null");
+  // The k a configuration (and a checkpoint's description of it) gives is the k that runs.
+  TF_CHECK(projection->k() == spec.k, "make_projection: the factory for \"", name,
+           "\" returned a projection of k=", projection->k(), ", expected k=", spec.k);
   return projection;
 }
 

@@ -246,6 +246,26 @@ TEST_CASE("validate: its work is what the config holds, not the number of layers
                        "EncoderConfig: layer 1 has k=9, expected 0 < k <= max_seq_len (5)", Error);
 }
 
+TEST_CASE("a projection factory that returns another k than asked is refused, naming the kind") {
+  // An identity projection one row longer than asked: its attention would size its softmax and
+  // padding masks by the wrong k.
+  nn::register_projection("one_row_too_many", [](const nn::ProjectionSpec& s) {
+    nn::ProjectionSpec longer = s;
+    longer.k = s.k + 1;
+    return std::make_shared<nn::IdentityProjection>(longer);
+  });
+  CHECK_THROWS_WITH_AS(
+      nn::make_projection("one_row_too_many", {.k = 3, .max_seq_len = 5, .head_dim = 2}),
+      "make_projection: the factory for \"one_row_too_many\" returned a "
+      "projection of k=4, expected k=3",
+      Error);
+  CHECK_THROWS_WITH_AS(
+      nn::TransformerEncoder(
+          tiny(nn::AttentionKind::linformer, {.k = 3, .projection_name = "one_row_too_many"})),
+      doctest::Contains("the factory for \"one_row_too_many\" returned a projection of k=4"),
+      Error);
+}
+
 TEST_CASE("activation memory: quadratic in n for full attention, linear for Linformer") {
   // One layer, forward + backward; the peak of live tensor bytes above the baseline.
   auto peak_for = [](nn::AttentionKind kind, std::int64_t n) {
