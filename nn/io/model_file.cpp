@@ -428,6 +428,23 @@ void check_tensors(const ModelDescription& d, const SafetensorsFile& file,
            c.feed_forward, "\", expected at most ", largest_dim,
            ", the largest dimension of the file's tensors");
 
+  // The built-in parts hold some tensors in every layer (an attention 8, a feed-forward 4, the
+  // two norms 4): the file must have as many before they are listed one by one, so that the
+  // list costs no more than reading the file did.
+  std::int64_t attention_tensors = 8;
+  for (const LayerSpec& spec : c.per_layer) {
+    const std::string& module =
+        spec.attention_module.empty() ? c.attention_module : spec.attention_module;
+    if (!is_builtin_attention(module)) attention_tensors = 0;
+  }
+  if (c.per_layer.empty() && !is_builtin_attention(c.attention_module)) attention_tensors = 0;
+  const std::int64_t per_layer = attention_tensors +
+                                 (is_builtin_feed_forward(c.feed_forward) ? 4 : 0) +
+                                 (is_builtin_norm(c.norm) ? 4 : 0);
+  TF_CHECK(c.layers * per_layer <= static_cast<std::int64_t>(entries.size()), where,
+           ": encoder.layers: the description's ", c.layers, " layers hold at least ",
+           c.layers * per_layer, " tensors, the file has ", entries.size(), " model tensors");
+
   // The sizes hold: the entries, one by one.
   ModelShapes shapes;
   try {

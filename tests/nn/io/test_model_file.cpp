@@ -578,6 +578,28 @@ TEST_CASE("load_model names a tensor missing, one too many and one misshapen") {
                         "(from encoder.d_model)")
                            .c_str(),
                        Error);
+  // Layers that the names show but the tensors do not fill: refused by their count before the
+  // description's entries are listed (the list costs no more than the file's header).
+  const std::string sparse = with_tensors(dir, "sparse.safetensors", [](nn::StateDict& t) {
+    for (int l = 2; l < 200; ++l) {
+      t.emplace_back("model.body.encoder.layers." + std::to_string(l) + ".norm1.bias", zeros({1}));
+    }
+  });
+  {
+    nn::SafetensorsFile file = nn::load_safetensors(sparse);
+    json d = json::parse(file.metadata.at(nn::kModelMetadataKey));
+    d["encoder"]["layers"] = 200;
+    d["encoder"]["linformer"]["k_per_layer"] = json::array();
+    file.metadata[nn::kModelMetadataKey] = d.dump();
+    nn::save_safetensors(sparse, file.tensors, file.metadata);
+  }
+  CHECK_THROWS_WITH_AS(nn::load_model(sparse),
+                       ("load_model: " + sparse +
+                        ": encoder.layers: the description's 200 layers hold at least 3200 "
+                        "tensors, the file has " +
+                        std::to_string(implied + 198) + " model tensors")
+                           .c_str(),
+                       Error);
   // A layer named beyond the description's is one too many as well.
   const std::string layer = with_tensors(dir, "layer.safetensors", [](nn::StateDict& t) {
     t.emplace_back("model.body.encoder.layers.2.norm1.weight", ones({16}));
