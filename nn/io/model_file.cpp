@@ -400,6 +400,8 @@ void check_tensors(const ModelDescription& d, const SafetensorsFile& file,
   for (const auto& [name, t] : file.tensors) {
     if (name.rfind("model.", 0) != 0) continue;
     entries.emplace(name.substr(6), &t);
+    // A tensor without elements holds no bytes, so its dimensions bound nothing.
+    if (t.numel() == 0) continue;
     for (std::int64_t size : t.shape()) largest_dim = std::max(largest_dim, size);
   }
   const EncoderConfig& c = d.encoder;

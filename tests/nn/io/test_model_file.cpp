@@ -629,6 +629,13 @@ TEST_CASE("load_model: parts of one's own load, their sizes bounded by the file'
   const std::string lying = dir.file("wide.safetensors");
   nn::save_checkpoint(lying, *model, nullptr,
                       {{nn::kModelMetadataKey, nn::model_description_json(wide)}});
+  // A tensor without elements under the part's name bounds nothing, however long its shape.
+  {
+    nn::SafetensorsFile file = nn::load_safetensors(lying);
+    file.tensors.emplace_back("model.body.encoder.layers.0.feed_forward.unused",
+                              zeros({1000000000, 0}));
+    nn::save_safetensors(lying, file.tensors, file.metadata);
+  }
   CHECK_THROWS_WITH_AS(nn::load_model(lying),
                        ("load_model: " + lying +
                         ": encoder.d_ff: the description says 1000000000 for the feed-forward "
