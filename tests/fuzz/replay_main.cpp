@@ -168,6 +168,9 @@ void make_model_seeds(const fs::path& dir) {
         {.attention = AttentionKind::linformer,
          .linformer = {.k = 2, .projection = ProjectionKind::linear, .sharing = Sharing::none}}};
     save_model_seed(dir / "loads-per-layer.safetensors", d);
+    // Without checksums, a mutation of the tensors' bytes reaches load_model and the forward pass.
+    save_model_seed(dir / "loads-per-layer-no-checksums.safetensors", d);
+    rewrite_header(dir / "loads-per-layer-no-checksums.safetensors", drop_checksums);
   }
   // The defects load_model must refuse before it builds anything: sizes beyond the tensors...
   const nn::ModelDescription mlm = small_model(AttentionKind::full);
