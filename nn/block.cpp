@@ -3,6 +3,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "core/error.h"
 #include "nn/layers.h"
@@ -18,13 +19,21 @@ template <typename Factory>
 class Registry {
  public:
   Registry(const char* part, std::map<std::string, Factory> builtins)
-      : part_(part), factories_(std::move(builtins)) {}
+      : part_(part), factories_(std::move(builtins)) {
+    for (const auto& entry : factories_) builtins_.insert(entry.first);
+  }
 
   void add(const std::string& name, Factory factory) {
     TF_CHECK(!name.empty() && factory != nullptr, "register_", part_,
              ": expected a name and a factory");
     std::lock_guard lock(mutex_);
     factories_[name] = std::move(factory);
+    builtins_.erase(name);
+  }
+
+  bool builtin(const std::string& name) const {
+    std::lock_guard lock(mutex_);
+    return builtins_.count(name) != 0;
   }
 
   std::vector<std::string> names() const {
@@ -56,6 +65,7 @@ class Registry {
   const char* part_;
   mutable std::mutex mutex_;
   std::map<std::string, Factory> factories_;
+  std::set<std::string> builtins_;  // the built-in names not replaced since
 };
 
 Registry<AttentionFactory>& attention_registry() {
@@ -109,6 +119,16 @@ std::vector<std::string> feed_forward_names() {
 }
 std::vector<std::string> norm_names() {
   return norm_registry().names();
+}
+
+bool is_builtin_attention(const std::string& name) {
+  return attention_registry().builtin(name);
+}
+bool is_builtin_feed_forward(const std::string& name) {
+  return feed_forward_registry().builtin(name);
+}
+bool is_builtin_norm(const std::string& name) {
+  return norm_registry().builtin(name);
 }
 
 std::shared_ptr<Attention> make_attention(const std::string& name, const AttentionSpec& spec) {

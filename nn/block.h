@@ -58,6 +58,12 @@ std::vector<std::string> attention_names();
 std::vector<std::string> feed_forward_names();
 std::vector<std::string> norm_names();
 
+// Whether `name` is a built-in part that has not been replaced with a register_* call since:
+// its parameters are then known from the configuration alone (nn/model_shapes.h).
+bool is_builtin_attention(const std::string& name);
+bool is_builtin_feed_forward(const std::string& name);
+bool is_builtin_norm(const std::string& name);
+
 // Build a part by name; an unknown name is an Error that lists the registered ones, and so is a
 // factory that returns null.
 std::shared_ptr<Attention> make_attention(const std::string& name, const AttentionSpec& spec);

@@ -102,9 +102,21 @@ void validate(const EncoderConfig& c) {
   check_registered(c.norm, norm_names(), "norm", "register_norm");
   const std::vector<std::string> attention_modules = attention_names();
   const std::vector<std::string> projections = projection_names();
+  // Without per_layer, every layer has the config's spec and differs at most in its k
+  // (k_per_layer, whose length must then be the number of layers): the first layer stands for
+  // the others unless there is a k per layer. The loop below thus runs over what the config
+  // holds, never over a number of layers it merely claims.
+  std::int64_t distinct_layers = c.layers;
+  if (c.per_layer.empty()) {
+    const std::size_t ks = c.linformer.k_per_layer.size();
+    TF_CHECK(c.attention != AttentionKind::linformer || ks == 0 ||
+                 static_cast<std::int64_t>(ks) == c.layers,
+             "EncoderConfig: k_per_layer has ", ks, " entries for ", c.layers, " layers");
+    distinct_layers = c.attention == AttentionKind::linformer && ks != 0 ? c.layers : 1;
+  }
   std::int64_t shared_k = -1;
   std::string shared_kind;
-  for (std::int64_t l = 0; l < c.layers; ++l) {
+  for (std::int64_t l = 0; l < distinct_layers; ++l) {
     const LayerSpec spec = layer_spec(c, l);
     check_registered(spec.attention_module, attention_modules,
                      "layer " + std::to_string(l) + "'s attention_module", "register_attention");

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,12 @@ std::map<std::string, ProjectionFactory>& registry() {
       {"identity", [](const ProjectionSpec& s) { return std::make_shared<IdentityProjection>(s); }},
   };
   return r;
+}
+
+// The built-in kinds not replaced by register_projection since.
+std::set<std::string>& builtin_kinds() {
+  static std::set<std::string> kinds = {"linear", "mean", "max", "conv", "identity"};
+  return kinds;
 }
 
 void check_spec(const ProjectionSpec& spec, const char* op) {
@@ -137,6 +144,12 @@ void register_projection(const std::string& name, ProjectionFactory factory) {
            "register_projection: expected a name and a factory");
   std::lock_guard lock(registry_mutex());
   registry()[name] = std::move(factory);
+  builtin_kinds().erase(name);
+}
+
+bool is_builtin_projection(const std::string& name) {
+  std::lock_guard lock(registry_mutex());
+  return builtin_kinds().count(canonical_projection_name(name)) != 0;
 }
 
 std::shared_ptr<Projection> make_projection(const std::string& name, const ProjectionSpec& spec) {
@@ -153,6 +166,9 @@ std::shared_ptr<Projection> make_projection(const std::string& name, const Proje
   }
   auto projection = factory(spec);
   TF_CHECK(projection != nullptr, "make_projection: the factory for \"", name, "\" returned null");
+  // The k a configuration (and a checkpoint's description of it) gives is the k that runs.
+  TF_CHECK(projection->k() == spec.k, "make_projection: the factory for \"", name,
+           "\" returned a projection of k=", projection->k(), ", expected k=", spec.k);
   return projection;
 }
 

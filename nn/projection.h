@@ -106,7 +106,12 @@ std::string canonical_projection_name(const std::string& name);
 using ProjectionFactory = std::function<std::shared_ptr<Projection>(const ProjectionSpec&)>;
 // Registers (or replaces) a kind under a name; the built-in kinds are registered already.
 void register_projection(const std::string& name, ProjectionFactory factory);
+// The projection of kind `name` built from `spec`. An Error for an unknown name, and for a
+// factory that returns null or a projection of another k than spec.k.
 std::shared_ptr<Projection> make_projection(const std::string& name, const ProjectionSpec& spec);
+// Whether `name` (or its other spelling) is a built-in kind not replaced by register_projection
+// since: its parameters are then known from the spec alone (nn/model_shapes.h).
+bool is_builtin_projection(const std::string& name);
 // The registered names, sorted (without the other spellings mean_pool and max_pool).
 std::vector<std::string> projection_names();
 

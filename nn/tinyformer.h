@@ -23,6 +23,7 @@
 #include "nn/linear.h"
 #include "nn/metrics.h"
 #include "nn/mixed_precision.h"
+#include "nn/model_shapes.h"
 #include "nn/models.h"
 #include "nn/module.h"
 #include "nn/optim.h"

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -15,7 +17,9 @@
 #include <vector>
 
 #include "core/random.h"
+#include "nn/block.h"
 #include "nn/io/checkpoint.h"
+#include "nn/model_shapes.h"
 
 namespace tinyformer::nn {
 
@@ -351,6 +355,133 @@ class GeneratorGuard {
   std::uint64_t seed_, offset_;
 };
 
+// --- The description against the file's tensors, before anything is built. ---
+
+// The file's "model.*" entries by their state-dict names (without "model.").
+using Entries = std::map<std::string, const Tensor*>;
+
+// A size field against the dimension of a tensor that pins it.
+void check_pinned(const Entries& entries, const std::string& where, const char* field,
+                  std::int64_t value, const std::string& name, std::int64_t dim, const char* what) {
+  const auto it = entries.find(name);
+  TF_CHECK(it != entries.end(), where, ": the file has no \"model.", name, "\" (", what,
+           "), which every model of the described kind has");
+  const Shape& shape = it->second->shape();
+  TF_CHECK(static_cast<std::int64_t>(shape.size()) > dim, where, ": \"model.", name, "\" is ",
+           shape_str(shape), ", expected ", dim + 1, " or more dimensions (", what, ")");
+  TF_CHECK(shape[static_cast<std::size_t>(dim)] == value, where, ": ", field,
+           ": the description says ", value, ", the file's \"model.", name, "\" (", what, ") is ",
+           shape_str(shape));
+}
+
+// The number of distinct layers the names "body.encoder.layers.<i>.*" show.
+std::int64_t layers_named(const Entries& entries) {
+  const std::string prefix = "body.encoder.layers.";
+  std::set<std::string> indices;
+  for (auto it = entries.lower_bound(prefix); it != entries.end(); ++it) {
+    const std::string& name = it->first;
+    if (name.compare(0, prefix.size(), prefix) != 0) break;
+    const std::size_t dot = name.find('.', prefix.size());
+    if (dot == std::string::npos || dot == prefix.size()) continue;
+    const std::string index = name.substr(prefix.size(), dot - prefix.size());
+    if (index.find_first_not_of("0123456789") == std::string::npos) indices.insert(index);
+  }
+  return static_cast<std::int64_t>(indices.size());
+}
+
+// Every size the description gives against the tensors present, then every entry the
+// description implies (nn/model_shapes.h) against the file's: what building the model would
+// allocate is then what the file holds, plus the parts of one's own, whose sizes are bounded by
+// the same checks. Each refusal names the field or the tensor, what was expected and what came.
+void check_tensors(const ModelDescription& d, const SafetensorsFile& file,
+                   const std::string& where) {
+  Entries entries;
+  std::int64_t largest_dim = 1;
+  for (const auto& [name, t] : file.tensors) {
+    if (name.rfind("model.", 0) != 0) continue;
+    entries.emplace(name.substr(6), &t);
+    // A tensor without elements holds no bytes, so its dimensions bound nothing.
+    if (t.numel() == 0) continue;
+    for (std::int64_t size : t.shape()) largest_dim = std::max(largest_dim, size);
+  }
+  const EncoderConfig& c = d.encoder;
+  // The sizes that tensors pin, first: the vocabulary, the width, the positions, the classes.
+  const std::string embedding = "body.token_embedding.weight";
+  check_pinned(entries, where, "vocabulary.size", d.vocabulary.size, embedding, 0,
+               "the token embedding [vocabulary.size, encoder.d_model]");
+  check_pinned(entries, where, "encoder.d_model", c.d_model, embedding, 1,
+               "the token embedding [vocabulary.size, encoder.d_model]");
+  const bool learned = d.positions == PositionEncoding::learned;
+  check_pinned(entries, where, "encoder.max_seq_len", c.max_seq_len,
+               learned ? "body.positions.weight" : "body.positions.table", 0,
+               learned ? "the learned positions [encoder.max_seq_len, encoder.d_model]"
+                       : "the sinusoidal positions [encoder.max_seq_len, encoder.d_model]");
+  if (d.kind == ModelKind::sequence_classifier) {
+    check_pinned(entries, where, "classes", d.classes, "classifier.weight", 0,
+                 "the classifier [classes, encoder.d_model]");
+  }
+  // Every layer holds tensors (a built-in attention, feed-forward or norm has some).
+  const std::int64_t named = layers_named(entries);
+  TF_CHECK(c.layers <= named, where, ": encoder.layers: the description says ", c.layers,
+           ", the file's tensors name ", named, " (\"model.body.encoder.layers.<i>.*\")");
+  // A feed-forward of one's own gets d_ff, which no built-in tensor then pins.
+  TF_CHECK(is_builtin_feed_forward(c.feed_forward) || c.d_ff <= largest_dim, where,
+           ": encoder.d_ff: the description says ", c.d_ff, " for the feed-forward \"",
+           c.feed_forward, "\", expected at most ", largest_dim,
+           ", the largest dimension of the file's tensors");
+
+  // The built-in parts hold some tensors in every layer (an attention 8, a feed-forward 4, the
+  // two norms 4): the file must have as many before they are listed one by one, so that the
+  // list costs no more than reading the file did.
+  std::int64_t attention_tensors = 8;
+  for (const LayerSpec& spec : c.per_layer) {
+    const std::string& module =
+        spec.attention_module.empty() ? c.attention_module : spec.attention_module;
+    if (!is_builtin_attention(module)) attention_tensors = 0;
+  }
+  if (c.per_layer.empty() && !is_builtin_attention(c.attention_module)) attention_tensors = 0;
+  const std::int64_t per_layer = attention_tensors +
+                                 (is_builtin_feed_forward(c.feed_forward) ? 4 : 0) +
+                                 (is_builtin_norm(c.norm) ? 4 : 0);
+  TF_CHECK(c.layers * per_layer <= static_cast<std::int64_t>(entries.size()), where,
+           ": encoder.layers: the description's ", c.layers, " layers hold at least ",
+           c.layers * per_layer, " tensors, the file has ", entries.size(), " model tensors");
+
+  // The sizes hold: the entries, one by one.
+  ModelShapes shapes;
+  try {
+    shapes = model_shapes(d);
+  } catch (const OutOfMemory&) {
+    throw;
+  } catch (const Error& e) {
+    fail(where, ": the model description does not build a model: ", e.what());
+  }
+  const std::set<std::string> own(shapes.own_parts.begin(), shapes.own_parts.end());
+  auto is_own = [&](const std::string& name) {
+    auto it = own.upper_bound(name);
+    return it != own.begin() && name.rfind(*std::prev(it), 0) == 0;
+  };
+  std::set<std::string> expected;
+  for (const ExpectedTensor& e : shapes.tensors) {
+    const auto it = entries.find(e.name);
+    TF_CHECK(it != entries.end(), where, ": the file has no \"model.", e.name,
+             "\", which the description implies (", shape_str(e.shape), " from ", e.from,
+             "; it implies ", shapes.tensors.size(), " model tensors, the file has ",
+             entries.size(), ")");
+    TF_CHECK(it->second->shape() == e.shape, where, ": \"model.", e.name, "\" is ",
+             shape_str(it->second->shape()), " in the file, the description implies ",
+             shape_str(e.shape), " (from ", e.from, ")");
+    expected.insert(e.name);
+  }
+  for (const auto& [name, t] : entries) {
+    TF_CHECK(expected.count(name) != 0 || is_own(name), where, ": the file has \"model.", name,
+             "\" (", shape_str(t->shape()), "), which the description does not imply (it implies ",
+             shapes.tensors.size(), " model tensors",
+             own.empty() ? std::string() : " besides the parts of one's own", "; the file has ",
+             entries.size(), ")");
+  }
+}
+
 }  // namespace
 
 std::string model_description_json(const ModelDescription& description) {
@@ -465,6 +596,7 @@ LoadedModel load_model(const SafetensorsFile& file, const std::string& path, Dev
   const std::string where = "load_model: " + path;
   LoadedModel loaded;
   loaded.description = read_model_description(file.metadata, where);
+  check_tensors(loaded.description, file, where);
   {
     GeneratorGuard keep_generator;
     try {

@@ -76,6 +76,15 @@ struct LoadedModel {
 // TrainingRun's with TrainingRunOptions::model), builds the model it describes, loads its
 // weights (optimizer state in the file is ignored), moves it to `device` and leaves it in
 // evaluation mode (call train() to fine-tune). Every problem is an Error naming the file.
+// The file is untrusted, so the description is checked against its tensors before anything is
+// built: the sizes that tensors pin (vocabulary.size and encoder.d_model by the token
+// embedding, encoder.max_seq_len by the positions, classes by the classifier), encoder.layers
+// against the layers the tensor names show and the tensors their built-in parts need, a
+// feed-forward of one's own's d_ff against the
+// largest dimension present, then every entry of model_shapes(description) by name and shape,
+// and no other "model.*" entry outside the parts of one's own. The Error names the field or the
+// tensor, what the description implies and what the file holds. A model whose layers hold no
+// tensor at all (every part of one's own and parameter-free) is refused.
 LoadedModel load_model(const std::string& path, Device device = Device::cpu());
 // The same from a file already read (`path` names it in messages).
 LoadedModel load_model(const SafetensorsFile& file, const std::string& path,

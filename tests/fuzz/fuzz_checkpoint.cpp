@@ -5,8 +5,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 namespace fuzz {
 
@@ -15,6 +17,7 @@ using namespace tinyformer;
 namespace {
 
 Outcome outcome = Outcome::refused_by_safetensors;
+ModelOutcome model_outcome = ModelOutcome::no_description;
 
 // One file per process, rewritten for every input (the readers take a path), removed at exit.
 struct InputFile {
@@ -55,6 +58,26 @@ Outcome last_outcome() {
   return outcome;
 }
 
+ModelOutcome last_model_outcome() {
+  return model_outcome;
+}
+
+void run_loaded_model(const tinyformer::nn::LoadedModel& loaded) {
+  using namespace tinyformer;
+  // A few tokens that the vocabulary and the positions admit.
+  const std::int64_t n = std::min<std::int64_t>(loaded.config().max_seq_len, 8);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    ids[static_cast<std::size_t>(i)] = i % loaded.vocabulary().size;
+  const Tensor tokens = from(ids, {1, n});
+  NoGradGuard no_grad;
+  if (loaded.kind() == nn::ModelKind::masked_lm) {
+    (void)loaded.as<nn::MaskedLM>()->forward(tokens);
+  } else {
+    (void)loaded.as<nn::SequenceClassifier>()->forward(tokens);
+  }
+}
+
 Target::Target() {
   manual_seed(1);
   model = std::make_shared<nn::Sequential>();
@@ -81,11 +104,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const Error&) {
     return 0;
   }
-  // A model description in the metadata is parsed strictly; never built, as its sizes are the
-  // input's to choose.
+  // A file with a model description opens as a model: the description is checked against the
+  // file's tensors before the model is built, so its sizes are bounded by the input's; a model
+  // that loads runs a forward pass.
+  fuzz::model_outcome = fuzz::ModelOutcome::no_description;
   if (file.metadata.count(nn::kModelMetadataKey) != 0) {
+    fuzz::model_outcome = fuzz::ModelOutcome::refused;
     try {
-      (void)nn::read_model_description(file.metadata, path);
+      const nn::LoadedModel loaded = nn::load_model(file, path);
+      fuzz::model_outcome = fuzz::ModelOutcome::loaded;
+      fuzz::run_loaded_model(loaded);
     } catch (const Error&) {
     }
   }

@@ -1,6 +1,7 @@
 // The fuzz target of the checkpoint reader: one input is the bytes of a file, loaded as
-// safetensors (with the model description in its metadata, if any, parsed), as a checkpoint
-// into a small model and optimizer, and as the checkpoint a training run resumes from. Built into
+// safetensors, as the model its description describes (load_model, when the metadata holds
+// one, then a forward pass), as a checkpoint into a small model and optimizer, and as the
+// checkpoint a training run resumes from. Built into
 // the libFuzzer program (TINYFORMER_FUZZ) and into fuzz_replay, which runs the committed corpus in
 // every build.
 #pragma once
@@ -17,6 +18,11 @@ namespace fuzz {
 // the training run's resume, or resumed.
 enum class Outcome { refused_by_safetensors, refused_by_checkpoint, refused_by_run, resumed };
 Outcome last_outcome();
+// What load_model made of the last input: no description in it, refused with an Error, loaded.
+enum class ModelOutcome { no_description, refused, loaded };
+ModelOutcome last_model_outcome();
+// A forward pass of a loaded model over a few tokens.
+void run_loaded_model(const tinyformer::nn::LoadedModel& loaded);
 
 // The model, optimizer and data loader every input is loaded into, made afresh for each input
 // from a fixed seed, so that a result depends on the input alone.

@@ -2,6 +2,7 @@
 // every projection kind and sharing mode, models, spectra and memory growth.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -219,6 +220,50 @@ TEST_CASE("a user-registered projection kind plugs into the encoder") {
       tiny(nn::AttentionKind::linformer, {.k = 3, .projection_name = "fixed_gaussian"}));
   CHECK(enc.forward(randn({2, 5, 4})).shape() == Shape{2, 5, 4});
   CHECK(projection_matrices(enc, 3, 5) == 0);  // nothing learned
+}
+
+TEST_CASE("validate: its work is what the config holds, not the number of layers it names") {
+  // 10^15 layers: validating one layer stands for all of them unless they differ.
+  const std::int64_t many = 1000000000000000;
+  const auto start = std::chrono::steady_clock::now();
+  nn::EncoderConfig c = tiny(nn::AttentionKind::full);
+  c.layers = many;
+  CHECK_NOTHROW(nn::validate(c));
+  c = tiny(nn::AttentionKind::linformer, {.k = 3, .projection = nn::ProjectionKind::mean});
+  c.layers = many;
+  CHECK_NOTHROW(nn::validate(c));
+  c.linformer.k = 6;
+  CHECK_THROWS_WITH_AS(nn::validate(c),
+                       "EncoderConfig: layer 0 has k=6, expected 0 < k <= max_seq_len (5)", Error);
+  c.linformer.k_per_layer = {3, 2};
+  CHECK_THROWS_WITH_AS(nn::validate(c),
+                       "EncoderConfig: k_per_layer has 2 entries for 1000000000000000 layers",
+                       Error);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 1.0);
+  // A k per layer is still checked layer by layer.
+  c = tiny(nn::AttentionKind::linformer, {.k = 3, .k_per_layer = {3, 9}});
+  CHECK_THROWS_WITH_AS(nn::validate(c),
+                       "EncoderConfig: layer 1 has k=9, expected 0 < k <= max_seq_len (5)", Error);
+}
+
+TEST_CASE("a projection factory that returns another k than asked is refused, naming the kind") {
+  // An identity projection one row longer than asked: its attention would size its softmax and
+  // padding masks by the wrong k.
+  nn::register_projection("one_row_too_many", [](const nn::ProjectionSpec& s) {
+    nn::ProjectionSpec longer = s;
+    longer.k = s.k + 1;
+    return std::make_shared<nn::IdentityProjection>(longer);
+  });
+  CHECK_THROWS_WITH_AS(
+      nn::make_projection("one_row_too_many", {.k = 3, .max_seq_len = 5, .head_dim = 2}),
+      "make_projection: the factory for \"one_row_too_many\" returned a "
+      "projection of k=4, expected k=3",
+      Error);
+  CHECK_THROWS_WITH_AS(
+      nn::TransformerEncoder(
+          tiny(nn::AttentionKind::linformer, {.k = 3, .projection_name = "one_row_too_many"})),
+      doctest::Contains("the factory for \"one_row_too_many\" returned a projection of k=4"),
+      Error);
 }
 
 TEST_CASE("activation memory: quadratic in n for full attention, linear for Linformer") {

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <filesystem>
@@ -189,6 +190,31 @@ nn::ModelDescription small_mlm() {
 nn::ProgressOptions quiet() {
   static std::FILE* null = std::fopen("/dev/null", "w");
   return {.out = null, .terminal = false};
+}
+
+// A checkpoint of small_mlm's model whose description is edited: what an untrusted file may
+// claim about the tensors it holds.
+std::string claiming(const TempDir& dir, const std::string& name,
+                     const std::function<void(json&)>& edit) {
+  manual_seed(6);
+  const nn::ModelDescription d = small_mlm();
+  auto model = nn::make_model(d);
+  const std::string path = dir.file(name);
+  nn::save_checkpoint(path, *model, nullptr, {{nn::kModelMetadataKey, edited(edit, d)}});
+  return path;
+}
+
+// A save_model file of small_mlm with its tensors edited.
+std::string with_tensors(const TempDir& dir, const std::string& name,
+                         const std::function<void(nn::StateDict&)>& edit) {
+  manual_seed(6);
+  const nn::ModelDescription d = small_mlm();
+  const std::string path = dir.file(name);
+  nn::save_model(path, *nn::make_model(d), d);
+  nn::SafetensorsFile file = nn::load_safetensors(path);
+  edit(file.tensors);
+  nn::save_safetensors(path, file.tensors, file.metadata);
+  return path;
 }
 
 Tensor some_tokens() {
@@ -397,13 +423,18 @@ TEST_CASE("load_model: files without a description or with one that does not fit
                            "description (metadata key \"tinyformer.model\")"),
                        Error);
 
-  // Weights of another size than the description: load_checkpoint's Error, naming the file.
+  // Weights of another size than the description: the tensor, both shapes and the fields.
   nn::ModelDescription wider = description;
   wider.encoder.d_ff = 48;
   const std::string lying = dir.file("lying.safetensors");
   nn::save_checkpoint(lying, *model, nullptr,
                       {{nn::kModelMetadataKey, nn::model_description_json(wider)}});
-  CHECK_THROWS_WITH_AS(nn::load_model(lying), has("load_checkpoint: " + lying + ": \"model."),
+  CHECK_THROWS_WITH_AS(nn::load_model(lying),
+                       ("load_model: " + lying +
+                        ": \"model.body.encoder.layers.0.feed_forward.fc1.weight\" is [32, 16] "
+                        "in the file, the description implies [48, 16] (from encoder.d_ff, "
+                        "encoder.d_model)")
+                           .c_str(),
                        Error);
 
   // A bad field in the file: the path, the key and the field.
@@ -436,6 +467,181 @@ TEST_CASE("load_model: files without a description or with one that does not fit
   nn::save_checkpoint(part, *model, nullptr,
                       {{nn::kModelMetadataKey, nn::model_description_json(custom_part)}});
   CHECK_THROWS_WITH_AS(nn::load_model(part), has("feed_forward \"no-such-part\" is not registered"),
+                       Error);
+}
+
+TEST_CASE("load_model refuses sizes the file's tensors do not hold, before it builds anything") {
+  TempDir dir;
+  struct Claim {
+    std::string name;
+    std::function<void(json&)> edit;
+    std::string message;
+  };
+  const std::string embedding =
+      "the file's \"model.body.token_embedding.weight\" (the token embedding [vocabulary.size, "
+      "encoder.d_model]) is [260, 16]";
+  const Claim claims[] = {
+      {"layers-100000",
+       [](json& j) {
+         j["encoder"]["layers"] = 100000;
+         j["encoder"]["linformer"]["k_per_layer"] = json::array();
+       },
+       "encoder.layers: the description says 100000, the file's tensors name 2 "
+       "(\"model.body.encoder.layers.<i>.*\")"},
+      // Validating it alone must not walk 10^15 layers either.
+      {"layers-1e15",
+       [](json& j) {
+         j["encoder"]["layers"] = 1000000000000000;
+         j["encoder"]["linformer"]["k_per_layer"] = json::array();
+       },
+       "encoder.layers: the description says 1000000000000000, the file's tensors name 2 "
+       "(\"model.body.encoder.layers.<i>.*\")"},
+      {"vocabulary-3e7", [](json& j) { j["vocabulary"]["size"] = 30000000; },
+       "vocabulary.size: the description says 30000000, " + embedding},
+      {"d_model", [](json& j) { j["encoder"]["d_model"] = 32; },
+       "encoder.d_model: the description says 32, " + embedding},
+      {"max_seq_len", [](json& j) { j["encoder"]["max_seq_len"] = 1 << 30; },
+       "encoder.max_seq_len: the description says 1073741824, the file's "
+       "\"model.body.positions.weight\" (the learned positions [encoder.max_seq_len, "
+       "encoder.d_model]) is [12, 16]"},
+      {"sinusoidal", [](json& j) { j["positions"] = "sinusoidal"; },
+       "the file has no \"model.body.positions.table\" (the sinusoidal positions "
+       "[encoder.max_seq_len, encoder.d_model]), which every model of the described kind has"},
+      {"classes",
+       [](json& j) {
+         j.erase("tie_weights");
+         j["kind"] = "SequenceClassifier";
+         j["classes"] = 1000000;
+         j["pooling"] = "mean";
+       },
+       "the file has no \"model.classifier.weight\" (the classifier [classes, encoder.d_model]), "
+       "which every model of the described kind has"},
+      {"d_ff", [](json& j) { j["encoder"]["d_ff"] = 1000000000; },
+       "\"model.body.encoder.layers.0.feed_forward.fc1.weight\" is [32, 16] in the file, the "
+       "description implies [1000000000, 16] (from encoder.d_ff, encoder.d_model)"},
+      {"k", [](json& j) { j["encoder"]["linformer"]["k_per_layer"][1] = 12; },
+       "\"model.body.encoder.layers.1.attention.key_projection.weight\" is [2, 4, 12] in the "
+       "file, the description implies [2, 12, 12] (from encoder.linformer.k_per_layer[1], "
+       "encoder.max_seq_len, encoder.heads)"},
+  };
+  for (const Claim& claim : claims) {
+    CAPTURE(claim.name);
+    const std::string path = claiming(dir, claim.name, claim.edit);
+    const std::int64_t live = memory_stats().current_bytes;
+    reset_peak_memory();
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH_AS(nn::load_model(path),
+                         ("load_model: " + path + ": " + claim.message).c_str(), Error);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // The file's own tensors (about 40 KB) are all that is allocated.
+    CHECK(memory_stats().peak_bytes - live < (std::int64_t{1} << 20));
+    CHECK(seconds < 5.0);
+  }
+}
+
+TEST_CASE("load_model names a tensor missing, one too many and one misshapen") {
+  TempDir dir;
+  const std::size_t implied = nn::model_shapes(small_mlm()).tensors.size();
+  const std::string missing = with_tensors(dir, "missing.safetensors", [](nn::StateDict& t) {
+    std::erase_if(t, [](const auto& e) {
+      return e.first == "model.body.encoder.layers.1.feed_forward.fc2.bias";
+    });
+  });
+  CHECK_THROWS_WITH_AS(nn::load_model(missing),
+                       ("load_model: " + missing +
+                        ": the file has no \"model.body.encoder.layers.1.feed_forward.fc2.bias\", "
+                        "which the description implies ([16] from encoder.d_model; it implies " +
+                        std::to_string(implied) + " model tensors, the file has " +
+                        std::to_string(implied - 1) + ")")
+                           .c_str(),
+                       Error);
+  const std::string extra = with_tensors(dir, "extra.safetensors", [](nn::StateDict& t) {
+    t.emplace_back("model.body.encoder.layers.0.attention.extra", zeros({3}));
+  });
+  CHECK_THROWS_WITH_AS(nn::load_model(extra),
+                       ("load_model: " + extra +
+                        ": the file has \"model.body.encoder.layers.0.attention.extra\" ([3]), "
+                        "which the description does not imply (it implies " +
+                        std::to_string(implied) + " model tensors; the file has " +
+                        std::to_string(implied + 1) + ")")
+                           .c_str(),
+                       Error);
+  const std::string misshapen = with_tensors(dir, "misshapen.safetensors", [](nn::StateDict& t) {
+    for (auto& [name, tensor] : t) {
+      if (name == "model.norm.bias") tensor = zeros({15});
+    }
+  });
+  CHECK_THROWS_WITH_AS(nn::load_model(misshapen),
+                       ("load_model: " + misshapen +
+                        ": \"model.norm.bias\" is [15] in the file, the description implies [16] "
+                        "(from encoder.d_model)")
+                           .c_str(),
+                       Error);
+  // Layers that the names show but the tensors do not fill: refused by their count before the
+  // description's entries are listed (the list costs no more than the file's header).
+  const std::string sparse = with_tensors(dir, "sparse.safetensors", [](nn::StateDict& t) {
+    for (int l = 2; l < 200; ++l) {
+      t.emplace_back("model.body.encoder.layers." + std::to_string(l) + ".norm1.bias", zeros({1}));
+    }
+  });
+  {
+    nn::SafetensorsFile file = nn::load_safetensors(sparse);
+    json d = json::parse(file.metadata.at(nn::kModelMetadataKey));
+    d["encoder"]["layers"] = 200;
+    d["encoder"]["linformer"]["k_per_layer"] = json::array();
+    file.metadata[nn::kModelMetadataKey] = d.dump();
+    nn::save_safetensors(sparse, file.tensors, file.metadata);
+  }
+  CHECK_THROWS_WITH_AS(nn::load_model(sparse),
+                       ("load_model: " + sparse +
+                        ": encoder.layers: the description's 200 layers hold at least 3200 "
+                        "tensors, the file has " +
+                        std::to_string(implied + 198) + " model tensors")
+                           .c_str(),
+                       Error);
+  // A layer named beyond the description's is one too many as well.
+  const std::string layer = with_tensors(dir, "layer.safetensors", [](nn::StateDict& t) {
+    t.emplace_back("model.body.encoder.layers.2.norm1.weight", ones({16}));
+  });
+  CHECK_THROWS_WITH_AS(nn::load_model(layer),
+                       has("the file has \"model.body.encoder.layers.2.norm1.weight\" ([16]), "
+                           "which the description does not imply"),
+                       Error);
+}
+
+TEST_CASE("load_model: parts of one's own load, their sizes bounded by the file's") {
+  TempDir dir;
+  manual_seed(8);
+  const nn::ModelDescription description = everything_set();
+  auto model = nn::make_model<nn::MaskedLM>(description);
+  model->eval();
+  const std::string path = dir.file("own.safetensors");
+  nn::save_model(path, *model, description);
+  const auto loaded = nn::load_model(path).as<nn::MaskedLM>();
+  CHECK(loaded->forward(some_tokens()).to_vector<float>() ==
+        model->forward(some_tokens()).to_vector<float>());
+
+  // A feed-forward of one's own gets d_ff unchecked by any built-in tensor: it is bounded by the
+  // largest dimension the file holds (the vocabulary's 300 rows).
+  nn::ModelDescription wide = description;
+  wide.encoder.d_ff = 1000000000;
+  const std::string lying = dir.file("wide.safetensors");
+  nn::save_checkpoint(lying, *model, nullptr,
+                      {{nn::kModelMetadataKey, nn::model_description_json(wide)}});
+  // A tensor without elements under the part's name bounds nothing, however long its shape.
+  {
+    nn::SafetensorsFile file = nn::load_safetensors(lying);
+    file.tensors.emplace_back("model.body.encoder.layers.0.feed_forward.unused",
+                              zeros({1000000000, 0}));
+    nn::save_safetensors(lying, file.tensors, file.metadata);
+  }
+  CHECK_THROWS_WITH_AS(nn::load_model(lying),
+                       ("load_model: " + lying +
+                        ": encoder.d_ff: the description says 1000000000 for the feed-forward "
+                        "\"test_feed_forward\", expected at most 300, the largest dimension of "
+                        "the file's tensors")
+                           .c_str(),
                        Error);
 }
 
