@@ -18,7 +18,8 @@ void check_pair(const Tensor& a, const Tensor& b, const char* op) {
   TF_CHECK(a.defined() && b.defined(), op, ": expected defined tensors, got an undefined Tensor");
   TF_CHECK(a.device() == b.device(), op, ": tensors are on different devices: ", a.device(),
            " and ", b.device());
-  TF_CHECK(a.dtype() == b.dtype(), op, ": dtypes differ: ", a.dtype(), " and ", b.dtype());
+  TF_CHECK(a.dtype() == b.dtype(), op, ": dtypes differ: ", a.dtype(), " and ", b.dtype(),
+           " (no type promotion: convert one side with .to(), docs/pytorch.md)");
 }
 
 Tensor scalar_like(const Tensor& t, double value) {

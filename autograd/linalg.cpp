@@ -294,7 +294,8 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const DimOrder& out_order,
            shape_str(a.shape()), " @ ", shape_str(b.shape()), " (use mul for scalars)");
   TF_CHECK(a.device() == b.device(), "matmul: tensors are on different devices: ", a.device(),
            " and ", b.device());
-  TF_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ: ", a.dtype(), " and ", b.dtype());
+  TF_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ: ", a.dtype(), " and ", b.dtype(),
+           " (no type promotion: convert one side with .to(), docs/pytorch.md)");
   TF_CHECK(is_floating(a.dtype()), "matmul: expected floating tensors, got ", a.dtype());
   const bool a_vector = a.dim() == 1, b_vector = b.dim() == 1;
   // a2: [batch_a..., M, K], b2: [batch_b..., K, N], as views.

@@ -98,6 +98,11 @@ TEST_CASE("errors: elementwise shapes, dtypes and devices") {
   CHECK_THROWS_WITH_AS(tf::add(f64({2, 3}), f64({4})), Contains("add: shapes [2, 3] and [4]"),
                        Error);
   CHECK_THROWS_WITH_AS(tf::mul(f64({2}), tf::zeros({2})), Contains("mul: dtypes differ"), Error);
+  // No type promotion (PyTorch would promote to float64): the message says what to do.
+  CHECK_THROWS_WITH_AS(tf::add(tf::zeros({2}), f64({2})),
+                       Contains("add: dtypes differ: float32 and float64 (no type promotion: "
+                                "convert one side with .to()"),
+                       Error);
   CHECK_THROWS_WITH_AS(tf::exp(tf::arange(3)), Contains("exp: expected a floating tensor"), Error);
   CHECK_THROWS_WITH_AS(tf::where(f64({2}), f64({2}), f64({2})),
                        Contains("where: expected a bool condition"), Error);
