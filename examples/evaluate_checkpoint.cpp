@@ -1,6 +1,7 @@
-// evaluate_checkpoint: opens a train_mlm checkpoint with one call (nn::load_model rebuilds the
-// model from the description the checkpoint carries) and computes its validation loss exactly as
-// train_mlm does, on the same sequences with the same masks.
+// evaluate_checkpoint: opens a train_mlm or train_causal_lm checkpoint with one call
+// (nn::load_model rebuilds the model from the description the checkpoint carries) and computes
+// its validation loss exactly as the training program does: train_mlm's on the same sequences
+// with the same masks, train_causal_lm's next-byte loss on the same held-out sequences.
 //
 //   train_mlm --data book.txt --checkpoint run.safetensors
 //   evaluate_checkpoint --checkpoint run.safetensors        # the corpus train_mlm was given
@@ -11,6 +12,7 @@
 // the one the model was trained on (its fingerprint is checked).
 #include <tinyformer/tinyformer.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -40,9 +42,10 @@ struct Options {
 
 std::optional<Options> parse_options(int argc, char** argv) {
   Options o;
-  CLI::App app{"Validation loss of a train_mlm checkpoint, computed as train_mlm computes it",
-               kProgram};
-  app.add_option("--checkpoint", o.checkpoint, "The checkpoint train_mlm wrote")
+  CLI::App app{
+      "Validation loss of a train_mlm or train_causal_lm checkpoint, as the program computes it",
+      kProgram};
+  app.add_option("--checkpoint", o.checkpoint, "The checkpoint train_mlm or train_causal_lm wrote")
       ->capture_default_str();
   app.add_option("--data", o.data, "The training corpus (default: the one the run recorded)");
   app.add_option("--eval-sequences", o.eval_sequences,
@@ -99,6 +102,40 @@ class RunSettings {
   std::string path_;
 };
 
+// A train_causal_lm checkpoint: the next-byte loss on the sequences train_causal_lm evaluated
+// (the held-out tail of each file, in sequences of --seq-len + 1 bytes).
+int evaluate_causal(const nn::LoadedModel& loaded, const RunSettings& run, const std::string& data,
+                    const Options& o, Device device) {
+  const std::shared_ptr<nn::CausalLM> model = loaded.as<nn::CausalLM>();
+  const std::int64_t seq_len = run.integer("config.seq-len");
+  const std::int64_t batch = run.integer("config.batch");
+  const std::int64_t eval_sequences =
+      o.eval_sequences > 0 ? o.eval_sequences : run.integer("config.eval-sequences");
+  const nn::data::SplitCorpus corpus =
+      nn::data::load_split_corpus(data, run.number("config.val-fraction"));
+  if (nn::data::text_fingerprint(corpus.split.train) != run.text("data.fingerprint")) {
+    throw UsageError("--data " + data +
+                     ": not the text the model was trained on (its fingerprint differs from the "
+                     "checkpoint's); pass the corpus given to train_causal_lm");
+  }
+  const nn::data::TokenChunks chunks(ByteTokenizer::encode(corpus.split.validation), seq_len + 1);
+  if (chunks.size() == 0) {
+    throw UsageError("--data " + data + ": no validation sequence of " +
+                     std::to_string(seq_len + 1) + " bytes");
+  }
+  const double loss = nn::next_token_loss(*model, chunks, eval_sequences, batch, device);
+  std::printf("model: %s; %lld parameters, trained for %s steps (%s)\n",
+              nn::describe(loaded.description).c_str(),
+              static_cast<long long>(model->num_parameters()), run.text("step").c_str(),
+              o.checkpoint.c_str());
+  std::printf("validation: %lld sequences of %lld bytes, from %s\n",
+              static_cast<long long>(std::min(chunks.size(), eval_sequences)),
+              static_cast<long long>(seq_len), data.c_str());
+  // The perplexity as train_causal_lm prints it.
+  std::printf("validation loss %.9g nats per byte, perplexity %.3f\n", loss, std::exp(loss));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -113,18 +150,21 @@ int main(int argc, char** argv) {
 
     // --- The model, from the checkpoint alone. ---
     const nn::LoadedModel loaded = nn::load_model(o.checkpoint, device);
-    if (loaded.kind() != nn::ModelKind::masked_lm ||
+    const bool causal = loaded.kind() == nn::ModelKind::causal_lm;
+    if ((loaded.kind() != nn::ModelKind::masked_lm && !causal) ||
         loaded.vocabulary().tokenizer != ByteTokenizer::name) {
       throw UsageError("--checkpoint " + o.checkpoint + " holds a " +
                        nn::model_kind_name(loaded.kind()) + " over the \"" +
                        loaded.vocabulary().tokenizer +
-                       "\" vocabulary; this program evaluates train_mlm's byte-level MaskedLM");
+                       "\" vocabulary; this program evaluates byte-level language models "
+                       "(train_mlm's MaskedLM, train_causal_lm's CausalLM)");
     }
+    const RunSettings run(loaded.metadata, o.checkpoint);
+    const std::string data = o.data.empty() ? run.text("config.data") : o.data;
+    if (causal) return evaluate_causal(loaded, run, data, o, device);
     const std::shared_ptr<nn::MaskedLM> model = loaded.as<nn::MaskedLM>();
 
     // --- The validation set train_mlm evaluated on. ---
-    const RunSettings run(loaded.metadata, o.checkpoint);
-    const std::string data = o.data.empty() ? run.text("config.data") : o.data;
     const std::int64_t seq_len = run.integer("config.seq-len");
     const std::int64_t batch = run.integer("config.batch");
     const std::int64_t eval_sequences =

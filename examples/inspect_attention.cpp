@@ -1,4 +1,5 @@
-// inspect_attention: what a masked LM trained by train_mlm attends to. From its checkpoint and a
+// inspect_attention: what a language model trained by train_mlm (a masked LM) or train_causal_lm
+// (a decoder, whose maps are causal) attends to. From its checkpoint and a
 // text, it draws every layer's attention probabilities as heat maps (one PNG per layer, a panel
 // per head) and the spectrum of P, the Linformer paper's Figure 1: each head's singular values,
 // sorted, as a normalised cumulative sum, for the trained model against the same model freshly
@@ -8,8 +9,8 @@
 //   inspect_attention --checkpoint train_mlm.safetensors --data text.txt
 //   inspect_attention --checkpoint full.safetensors --text "Some text..." --out figures/full
 //
-// The model comes from the checkpoint alone (nn::load_model reads the description train_mlm
-// saves with it), so no model flag is repeated here.
+// The model comes from the checkpoint alone (nn::load_model reads the description the training
+// program saves with it), so no model flag is repeated here.
 #include <tinyformer/tinyformer.h>
 
 #include <algorithm>
@@ -112,8 +113,9 @@ std::optional<Options> parse_options(int argc, char** argv) {
 // The trained model, the same configuration freshly initialised, and what describes them.
 struct Models {
   nn::EncoderConfig config;
-  std::shared_ptr<nn::MaskedLM> trained;
-  std::shared_ptr<nn::MaskedLM> untrained;
+  nn::ModelKind kind = nn::ModelKind::masked_lm;
+  std::shared_ptr<nn::Module> trained;  // a MaskedLM or a CausalLM
+  std::shared_ptr<nn::Module> untrained;
   std::uint64_t seed = 1;  // of the untrained model
 };
 
@@ -138,22 +140,24 @@ std::uint64_t untrained_seed(const nn::Metadata& recorded, const Options& o) {
 Models open_models(Options& o, Device device) {
   Models m;
   const nn::LoadedModel loaded = nn::load_model(o.checkpoint, device);
-  if (loaded.kind() != nn::ModelKind::masked_lm) {
+  if (loaded.kind() != nn::ModelKind::masked_lm && loaded.kind() != nn::ModelKind::causal_lm) {
     throw UsageError("--checkpoint " + o.checkpoint + " holds a " +
                      nn::model_kind_name(loaded.kind()) +
-                     "; inspect_attention reads masked LMs (train_mlm's checkpoints)");
+                     "; inspect_attention reads language models (the checkpoints of train_mlm "
+                     "and train_causal_lm)");
   }
+  m.kind = loaded.kind();
   m.config = loaded.config();
   if (o.seq_len == 0) o.seq_len = m.config.max_seq_len;
   if (o.seq_len > m.config.max_seq_len) {
     throw UsageError("--seq-len " + std::to_string(o.seq_len) + " is longer than the model's " +
                      std::to_string(m.config.max_seq_len) + " positions; use at most that");
   }
-  m.trained = loaded.as<nn::MaskedLM>();
+  m.trained = loaded.module;
   m.trained->eval();
   m.seed = untrained_seed(loaded.metadata, o);
   manual_seed(m.seed);
-  m.untrained = nn::make_model<nn::MaskedLM>(loaded.description);
+  m.untrained = nn::make_model(loaded.description);
   m.untrained->to(device);
   m.untrained->eval();
   return m;
@@ -279,7 +283,7 @@ int main(int argc, char** argv) {
     std::string text;
     const Tensor tokens = input_tokens(o, text).to(device);  // [B, n]
     const std::int64_t sequences = tokens.size(0), n = tokens.size(1);
-    std::printf("model: MaskedLM, %s, from %s (untrained: seed %llu)\n",
+    std::printf("model: %s, %s, from %s (untrained: seed %llu)\n", nn::model_kind_name(models.kind),
                 train::describe(models.config).c_str(), o.checkpoint.c_str(),
                 static_cast<unsigned long long>(models.seed));
     std::printf("input: %lld sequence%s of %lld bytes from %s\n", static_cast<long long>(sequences),

@@ -64,29 +64,6 @@ NextToken next_token_batch(const nn::data::TokenChunks& chunks,
   return {both.narrow(1, 0, n).contiguous(), both.narrow(1, 1, n).contiguous()};
 }
 
-// The mean next-byte loss over the first `max_sequences` validation sequences (evenly spread).
-double evaluate(nn::CausalLM& model, const nn::data::TokenChunks& val, std::int64_t max_sequences,
-                std::int64_t batch, Device device) {
-  NoGradGuard no_grad;
-  model.eval();
-  const std::int64_t count = std::min(val.size(), max_sequences);
-  double total = 0;
-  std::int64_t targets = 0;
-  for (std::int64_t first = 0; first < count; first += batch) {
-    std::vector<std::int64_t> indices;
-    for (std::int64_t i = first; i < std::min(first + batch, count); ++i)
-      indices.push_back(i * val.size() / count);
-    const NextToken b = next_token_batch(val, indices);
-    const Tensor logits = model.forward(b.inputs.to(device));  // [B, n, V]
-    total += cross_entropy(logits.reshape({-1, ByteTokenizer::vocab_size}),
-                           b.targets.to(device).reshape({-1}), -100, Reduction::sum)
-                 .item<double>();
-    targets += b.targets.numel();
-  }
-  model.train();
-  return total / static_cast<double>(targets);
-}
-
 struct Options {
   train::RunFlags run;
   std::string data = kDefaultCorpus;
@@ -189,7 +166,7 @@ int main(int argc, char** argv) {
     train::check_writable(o.run.log, "--log");
     train::check_writable(o.run.plot, "--plot");
     // No output may be the data or another output, nor replace a checkpoint unasked.
-    const nn::TrainingRunOptions run_options =
+    nn::TrainingRunOptions run_options =
         train::run_options(o.run, kProgram, device, {"val_loss", "val_ppl"}, {{"--data", o.data}});
     nn::check_run_paths(run_options);
     const nn::data::TextSplit text = load_corpus(o.data, o.val_fraction);
@@ -204,8 +181,13 @@ int main(int argc, char** argv) {
     const double val_baseline = unigram_cross_entropy(text.train, text.validation);
 
     // --- Model, optimizer, schedule, data order; the run resumes from --checkpoint. ---
+    // The description travels in every checkpoint: nn::load_model rebuilds the model from it.
+    const nn::ModelDescription description{
+        .kind = nn::ModelKind::causal_lm,
+        .encoder = config,
+        .vocabulary = {.size = ByteTokenizer::vocab_size, .tokenizer = ByteTokenizer::name}};
     manual_seed(o.run.seed);
-    auto model = std::make_shared<nn::CausalLM>(config, ByteTokenizer::vocab_size);
+    auto model = nn::make_model<nn::CausalLM>(description);
     model->to(device);
     nn::optim::AdamW optimizer(nn::optim::decay_groups(*model, o.run.weight_decay),
                                {.lr = o.run.lr, .weight_decay = o.run.weight_decay});
@@ -224,7 +206,12 @@ int main(int argc, char** argv) {
                                                            {"config.steps", o.run.steps}})
       train::put(meta, key, value);
     train::put(meta, "config.seed", static_cast<std::int64_t>(o.run.seed));
+    train::put(meta, "config.eval-sequences", o.eval_sequences);
+    train::put(meta, "config.val-fraction", o.val_fraction);
+    train::put(meta, "config.data", o.data);
     train::put(meta, "data.bytes", static_cast<std::int64_t>(text.train.size()));
+    train::put(meta, "data.fingerprint", nn::data::text_fingerprint(text.train));
+    run_options.model = description;
     nn::TrainingRun run(run_options, *model, optimizer, &loader, meta,
                         {"config.layers", "config.d-model", "config.heads", "config.d-ff",
                          "config.seq-len", "config.batch", "config.seed", "data.bytes"});
@@ -266,7 +253,8 @@ int main(int argc, char** argv) {
       profile.step_ended(run);
       if (run.evaluation_due()) {
         run.pause();
-        const double val_loss = evaluate(*model, val_chunks, o.eval_sequences, o.run.batch, device);
+        const double val_loss =
+            nn::next_token_loss(*model, val_chunks, o.eval_sequences, o.run.batch, device);
         char line[160];
         std::snprintf(line, sizeof line, "step %lld: validation perplexity %.3f (loss %.4f)",
                       static_cast<long long>(run.step()), std::exp(val_loss), val_loss);
@@ -284,7 +272,8 @@ int main(int argc, char** argv) {
     }
 
     // --- The final evaluation, and a sample. ---
-    const double val_loss = evaluate(*model, val_chunks, o.eval_sequences, o.run.batch, device);
+    const double val_loss =
+        nn::next_token_loss(*model, val_chunks, o.eval_sequences, o.run.batch, device);
     run.log_final({val_loss, std::exp(val_loss)});
     std::printf(
         "final validation perplexity %.3f (loss %.4f nats per byte; unigram baseline "

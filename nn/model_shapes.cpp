@@ -65,6 +65,8 @@ ModelShapes model_shapes(const ModelDescription& d) {
            d.vocabulary.size);
   TF_CHECK(d.kind != ModelKind::sequence_classifier || d.classes > 1,
            "model_shapes: expected at least 2 classes, got ", d.classes);
+  TF_CHECK(d.kind != ModelKind::causal_lm || d.positions == PositionEncoding::learned,
+           "model_shapes: a CausalLM has learned positions, the description says sinusoidal");
   ModelShapes out;
   Collector add(out);
   const std::int64_t vocab = d.vocabulary.size, d_model = c.d_model;
@@ -73,10 +75,12 @@ ModelShapes model_shapes(const ModelDescription& d) {
   // A module's own parameters come before its children's.
   if (d.kind == ModelKind::masked_lm) add.add("decoder_bias", {vocab}, from_vocab);
 
-  // TokenEncoder: the token embedding, the positions, the encoder.
-  add.add("body.token_embedding.weight", {vocab, d_model}, from_vocab + ", " + from_d);
+  // TokenEncoder ("body."; a CausalLM holds the same three parts itself): the token embedding,
+  // the positions, the encoder.
+  const std::string body = model_body_prefix(d.kind);
+  add.add(body + "token_embedding.weight", {vocab, d_model}, from_vocab + ", " + from_d);
   if (d.positions == PositionEncoding::learned) {
-    add.add("body.positions.weight", {c.max_seq_len, d_model}, "encoder.max_seq_len, " + from_d);
+    add.add(body + "positions.weight", {c.max_seq_len, d_model}, "encoder.max_seq_len, " + from_d);
   }
 
   // TransformerEncoder: each layer's attention (with its Linformer projections, shared as the
@@ -88,7 +92,7 @@ ModelShapes model_shapes(const ModelDescription& d) {
   bool across_layers_seen = false, across_layers_own = false;
   for (std::int64_t l = 0; l < c.layers; ++l) {
     const LayerSpec spec = layer_spec(c, l);
-    const std::string layer = "body.encoder.layers." + std::to_string(l) + ".";
+    const std::string layer = body + "encoder.layers." + std::to_string(l) + ".";
     const bool builtin_attention = is_builtin_attention(spec.attention_module);
     if (builtin_attention) {
       for (const char* p : {"q_proj.", "k_proj.", "v_proj.", "out_proj."}) {
@@ -155,24 +159,24 @@ ModelShapes model_shapes(const ModelDescription& d) {
   }
   if (c.pre_norm) {
     if (is_builtin_norm(c.norm)) {
-      add.layer_norm("body.encoder.final_norm.", d_model);
+      add.layer_norm(body + "encoder.final_norm.", d_model);
     } else {
-      add.own("body.encoder.final_norm.");
+      add.own(body + "encoder.final_norm.");
     }
   }
 
-  // The heads.
+  // The heads (a CausalLM's output is its token embedding).
   if (d.kind == ModelKind::masked_lm) {
     add.linear("dense.", d_model, d_model, true, from_d, from_d);
     add.layer_norm("norm.", d_model);
     if (!d.tie_weights) add.linear("decoder.", d_model, vocab, false, from_d, from_vocab);
-  } else {
+  } else if (d.kind == ModelKind::sequence_classifier) {
     add.linear("classifier.", d_model, d.classes, true, from_d, "classes");
   }
 
   // Buffers come after every parameter.
   if (d.positions == PositionEncoding::sinusoidal) {
-    add.add("body.positions.table", {c.max_seq_len, d_model}, "encoder.max_seq_len, " + from_d);
+    add.add(body + "positions.table", {c.max_seq_len, d_model}, "encoder.max_seq_len, " + from_d);
   }
   return out;
 }

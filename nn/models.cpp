@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "autograd/ops.h"
+#include "nn/causal_lm.h"
 #include "nn/init.h"
 
 namespace tinyformer::nn {
@@ -108,8 +109,14 @@ const char* model_kind_name(ModelKind kind) {
       return "MaskedLM";
     case ModelKind::sequence_classifier:
       return "SequenceClassifier";
+    case ModelKind::causal_lm:
+      return "CausalLM";
   }
   return "unknown";
+}
+
+const char* model_body_prefix(ModelKind kind) {
+  return kind == ModelKind::causal_lm ? "" : "body.";
 }
 
 namespace {
@@ -171,6 +178,7 @@ std::string describe(const ModelDescription& d) {
   text += d.positions == PositionEncoding::learned ? " tokens), learned positions"
                                                    : " tokens), sinusoidal positions";
   if (d.kind == ModelKind::masked_lm) text += d.tie_weights ? ", tied output" : ", untied output";
+  if (d.kind == ModelKind::causal_lm) text += ", causal, tied output";
   text += "; ";
   text += describe(d.encoder);
   return text;
@@ -186,6 +194,10 @@ std::shared_ptr<Module> make_model(const ModelDescription& d) {
     case ModelKind::sequence_classifier:
       return std::make_shared<SequenceClassifier>(d.encoder, d.vocabulary.size, d.classes,
                                                   d.pooling, d.positions);
+    case ModelKind::causal_lm:
+      TF_CHECK(d.positions == PositionEncoding::learned,
+               "make_model: a CausalLM has learned positions, the description says sinusoidal");
+      return std::make_shared<CausalLM>(d.encoder, d.vocabulary.size);
   }
   fail("make_model: unknown model kind ", static_cast<int>(d.kind));
 }

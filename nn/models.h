@@ -90,8 +90,13 @@ class SequenceClassifier : public Module {
 
 // Everything that builds one of the models above: what a checkpoint records about its model
 // (nn/io/model_file.h), so that another program rebuilds it with one call.
-enum class ModelKind { masked_lm, sequence_classifier };
-const char* model_kind_name(ModelKind kind);  // "MaskedLM", "SequenceClassifier"
+// The model classes a description names: MaskedLM, SequenceClassifier and CausalLM
+// (nn/causal_lm.h).
+enum class ModelKind { masked_lm, sequence_classifier, causal_lm };
+const char* model_kind_name(ModelKind kind);  // "MaskedLM", "SequenceClassifier", "CausalLM"
+// Where a kind's token embedding, positions and encoder sit in its state dict: "body." (the
+// TokenEncoder of MaskedLM and SequenceClassifier) or "" (a CausalLM holds them itself).
+const char* model_body_prefix(ModelKind kind);
 
 // The vocabulary the model's token ids index: its size and the tokenizer that produced the ids,
 // by name ("byte" for data::ByteTokenizer, "listops" for data::ListOpsVocab; a program's own
@@ -106,7 +111,7 @@ struct ModelDescription {
   EncoderConfig encoder = {};
   Vocabulary vocabulary = {};
   PositionEncoding positions = PositionEncoding::learned;
-  bool tie_weights = true;          // MaskedLM only
+  bool tie_weights = true;          // MaskedLM only (a CausalLM's output is always tied)
   std::int64_t classes = 0;         // SequenceClassifier only
   Pooling pooling = Pooling::mean;  // SequenceClassifier only
 };

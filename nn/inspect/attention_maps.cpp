@@ -75,4 +75,32 @@ std::vector<Tensor> attention_maps(SequenceClassifier& model, const Tensor& toke
   return attention_maps(*model.body, tokens, key_padding_mask);
 }
 
+std::vector<Tensor> attention_maps(CausalLM& model, const Tensor& tokens,
+                                   const Tensor& key_padding_mask) {
+  TF_CHECK(!key_padding_mask.defined(),
+           "attention_maps: a CausalLM takes no key padding mask (its queries see earlier "
+           "positions only)");
+  KeepAttention keep(model.encoder->attention_layers());
+  EvalMode eval(model);
+  NoGradGuard no_grad;
+  model.forward(tokens);
+  return keep.collect();
+}
+
+std::vector<Tensor> attention_maps(Module& model, const Tensor& tokens,
+                                   const Tensor& key_padding_mask) {
+  if (auto* m = dynamic_cast<MaskedLM*>(&model))
+    return attention_maps(*m, tokens, key_padding_mask);
+  if (auto* m = dynamic_cast<SequenceClassifier*>(&model)) {
+    return attention_maps(*m, tokens, key_padding_mask);
+  }
+  if (auto* m = dynamic_cast<CausalLM*>(&model))
+    return attention_maps(*m, tokens, key_padding_mask);
+  if (auto* m = dynamic_cast<TokenEncoder*>(&model)) {
+    return attention_maps(*m, tokens, key_padding_mask);
+  }
+  fail("attention_maps: expected a MaskedLM, SequenceClassifier, CausalLM or TokenEncoder, got a ",
+       model.type_name());
+}
+
 }  // namespace tinyformer::nn

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "nn/causal_lm.h"
 #include "nn/encoder.h"
 #include "nn/models.h"
 
@@ -26,6 +27,13 @@ std::vector<Tensor> attention_maps(TokenEncoder& model, const Tensor& tokens,
 std::vector<Tensor> attention_maps(MaskedLM& model, const Tensor& tokens,
                                    const Tensor& key_padding_mask = {});
 std::vector<Tensor> attention_maps(SequenceClassifier& model, const Tensor& tokens,
+                                   const Tensor& key_padding_mask = {});
+// A CausalLM's maps are causal: [B, H, n, n], zero above the diagonal.
+std::vector<Tensor> attention_maps(CausalLM& model, const Tensor& tokens,
+                                   const Tensor& key_padding_mask = {});
+// Any of the model classes above, by its dynamic type (what nn::load_model returns); an Error
+// naming the type for another module.
+std::vector<Tensor> attention_maps(Module& model, const Tensor& tokens,
                                    const Tensor& key_padding_mask = {});
 
 }  // namespace tinyformer::nn

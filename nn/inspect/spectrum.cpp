@@ -122,6 +122,11 @@ std::vector<std::vector<HeadSpectrum>> encoder_spectrum(MaskedLM& model, const T
   return spectra(attention_maps(model, tokens, key_padding_mask), key_padding_mask);
 }
 
+std::vector<std::vector<HeadSpectrum>> encoder_spectrum(Module& model, const Tensor& tokens,
+                                                        const Tensor& key_padding_mask) {
+  return spectra(attention_maps(model, tokens, key_padding_mask), key_padding_mask);
+}
+
 double mass_in_first(const HeadSpectrum& spectrum, std::size_t count) {
   TF_CHECK(count >= 1, "mass_in_first: expected a count of at least 1, got ", count);
   if (spectrum.cumulative.empty()) return 0.0;

@@ -35,6 +35,9 @@ std::vector<std::vector<HeadSpectrum>> encoder_spectrum(TokenEncoder& model, con
                                                         const Tensor& key_padding_mask = {});
 std::vector<std::vector<HeadSpectrum>> encoder_spectrum(MaskedLM& model, const Tensor& tokens,
                                                         const Tensor& key_padding_mask = {});
+// Any model class attention_maps takes, by its dynamic type.
+std::vector<std::vector<HeadSpectrum>> encoder_spectrum(Module& model, const Tensor& tokens,
+                                                        const Tensor& key_padding_mask = {});
 
 // The share of the singular-value mass in the first `count` values: cumulative[count - 1]
 // (1 when count is at least the number of values). The paper's heat-map variant of Figure 1 is

@@ -89,7 +89,7 @@ void fields(V& v, C& c) {
   v("positions", c.positions);
   if (c.kind == ModelKind::masked_lm) {
     v("tie_weights", c.tie_weights);
-  } else {
+  } else if (c.kind == ModelKind::sequence_classifier) {
     v("classes", c.classes);
     v("pooling", c.pooling);
   }
@@ -149,7 +149,8 @@ std::vector<std::pair<Pooling, std::string>> names_of() {
 template <>
 std::vector<std::pair<ModelKind, std::string>> names_of() {
   return {{ModelKind::masked_lm, model_kind_name(ModelKind::masked_lm)},
-          {ModelKind::sequence_classifier, model_kind_name(ModelKind::sequence_classifier)}};
+          {ModelKind::sequence_classifier, model_kind_name(ModelKind::sequence_classifier)},
+          {ModelKind::causal_lm, model_kind_name(ModelKind::causal_lm)}};
 }
 
 template <typename E>
@@ -374,9 +375,9 @@ void check_pinned(const Entries& entries, const std::string& where, const char* 
            shape_str(shape));
 }
 
-// The number of distinct layers the names "body.encoder.layers.<i>.*" show.
-std::int64_t layers_named(const Entries& entries) {
-  const std::string prefix = "body.encoder.layers.";
+// The number of distinct layers the names "<body>encoder.layers.<i>.*" show.
+std::int64_t layers_named(const Entries& entries, const std::string& body) {
+  const std::string prefix = body + "encoder.layers.";
   std::set<std::string> indices;
   for (auto it = entries.lower_bound(prefix); it != entries.end(); ++it) {
     const std::string& name = it->first;
@@ -406,14 +407,15 @@ void check_tensors(const ModelDescription& d, const SafetensorsFile& file,
   }
   const EncoderConfig& c = d.encoder;
   // The sizes that tensors pin, first: the vocabulary, the width, the positions, the classes.
-  const std::string embedding = "body.token_embedding.weight";
+  const std::string body = model_body_prefix(d.kind);
+  const std::string embedding = body + "token_embedding.weight";
   check_pinned(entries, where, "vocabulary.size", d.vocabulary.size, embedding, 0,
                "the token embedding [vocabulary.size, encoder.d_model]");
   check_pinned(entries, where, "encoder.d_model", c.d_model, embedding, 1,
                "the token embedding [vocabulary.size, encoder.d_model]");
   const bool learned = d.positions == PositionEncoding::learned;
   check_pinned(entries, where, "encoder.max_seq_len", c.max_seq_len,
-               learned ? "body.positions.weight" : "body.positions.table", 0,
+               body + (learned ? "positions.weight" : "positions.table"), 0,
                learned ? "the learned positions [encoder.max_seq_len, encoder.d_model]"
                        : "the sinusoidal positions [encoder.max_seq_len, encoder.d_model]");
   if (d.kind == ModelKind::sequence_classifier) {
@@ -421,9 +423,9 @@ void check_tensors(const ModelDescription& d, const SafetensorsFile& file,
                  "the classifier [classes, encoder.d_model]");
   }
   // Every layer holds tensors (a built-in attention, feed-forward or norm has some).
-  const std::int64_t named = layers_named(entries);
+  const std::int64_t named = layers_named(entries, body);
   TF_CHECK(c.layers <= named, where, ": encoder.layers: the description says ", c.layers,
-           ", the file's tensors name ", named, " (\"model.body.encoder.layers.<i>.*\")");
+           ", the file's tensors name ", named, " (\"model.", body, "encoder.layers.<i>.*\")");
   // A feed-forward of one's own gets d_ff, which no built-in tensor then pins.
   TF_CHECK(is_builtin_feed_forward(c.feed_forward) || c.d_ff <= largest_dim, where,
            ": encoder.d_ff: the description says ", c.d_ff, " for the feed-forward \"",

@@ -66,4 +66,41 @@ double mlm_validation_loss(MaskedLM& model, const MlmValidationSet& set, Device 
   return total / static_cast<double>(set.targets);
 }
 
+double next_token_loss(CausalLM& model, const data::TokenChunks& chunks, std::int64_t max_sequences,
+                       std::int64_t batch, Device device) {
+  const char* op = "next_token_loss";
+  TF_CHECK(max_sequences > 0 && batch > 0, op, ": expected positive max_sequences and batch, got ",
+           max_sequences, " and ", batch);
+  TF_CHECK(chunks.size() > 0, op, ": no sequence to evaluate");
+  NoGradGuard no_grad;
+  const bool training = model.is_training();
+  model.eval();  // no dropout
+  const std::int64_t count = std::min(chunks.size(), max_sequences);
+  double total = 0;
+  std::int64_t targets = 0;
+  try {
+    for (std::int64_t first = 0; first < count; first += batch) {
+      std::vector<std::int64_t> indices;
+      for (std::int64_t i = first; i < std::min(first + batch, count); ++i) {
+        indices.push_back(i * chunks.size() / count);
+      }
+      const Tensor both = chunks.batch(indices);  // [B, n + 1]
+      const std::int64_t n = both.size(1) - 1;
+      TF_CHECK(n >= 1, op, ": expected sequences of at least 2 tokens, got ", both.size(1));
+      const Tensor inputs = both.narrow(1, 0, n).contiguous().to(device);
+      const Tensor labels = both.narrow(1, 1, n).contiguous().to(device);
+      const Tensor logits = model.forward(inputs);  // [B, n, V]
+      total += cross_entropy(logits.reshape({-1, logits.size(2)}), labels.reshape({-1}), -100,
+                             Reduction::sum)
+                   .item<double>();
+      targets += labels.numel();
+    }
+  } catch (...) {
+    if (training) model.train();
+    throw;
+  }
+  if (training) model.train();
+  return total / static_cast<double>(targets);
+}
+
 }  // namespace tinyformer::nn

@@ -1,12 +1,14 @@
 // Evaluation for masked-LM training: a fixed validation set (the same sequences with the same
 // masks at every evaluation) and its mean loss, as train_mlm reports it and any program that
-// opens its checkpoint (examples/evaluate_checkpoint.cpp) recomputes it.
+// opens its checkpoint (examples/evaluate_checkpoint.cpp) recomputes it; and the next-token loss
+// of a causal LM, as train_causal_lm reports it.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/dtype.h"
+#include "nn/causal_lm.h"
 #include "nn/data/batching.h"
 #include "nn/data/mlm.h"
 #include "nn/models.h"
@@ -35,5 +37,13 @@ MlmValidationSet mlm_validation_set(const data::TokenChunks& chunks, std::int64_
 // by the order of the additions. It is then a collective: every process must call it.
 double mlm_validation_loss(MaskedLM& model, const MlmValidationSet& set, Device device,
                            bool split_over_processes = false);
+
+// Next-token evaluation for a causal language model: the mean cross-entropy (nats per token)
+// of predicting the last n tokens of each sequence of `chunks` (n + 1 tokens each) from the
+// first n, over up to `max_sequences` sequences evenly spread over the chunks, in batches of
+// `batch`; without dropout and without a graph, the model's mode left as it was. What
+// train_causal_lm reports, and any program that opens its checkpoint recomputes.
+double next_token_loss(CausalLM& model, const data::TokenChunks& chunks, std::int64_t max_sequences,
+                       std::int64_t batch, Device device);
 
 }  // namespace tinyformer::nn

@@ -48,6 +48,11 @@ std::vector<std::pair<std::string, nn::ModelDescription>> descriptions() {
     d.pooling = nn::Pooling::cls;
     all.emplace_back("SequenceClassifier", d);
   }
+  {
+    nn::ModelDescription d = small(AttentionKind::full);
+    d.kind = nn::ModelKind::causal_lm;
+    all.emplace_back("CausalLM (its parts outside a body)", d);
+  }
   for (ProjectionKind kind : {ProjectionKind::linear, ProjectionKind::mean, ProjectionKind::max,
                               ProjectionKind::conv, ProjectionKind::identity}) {
     for (Sharing sharing :
@@ -98,7 +103,10 @@ std::vector<Entry> implied(const nn::ModelShapes& shapes) {
 }  // namespace
 
 TEST_CASE("model_shapes: the state dict make_model's model holds, in its order") {
-  for (const auto& [what, d] : descriptions()) {
+  for (const auto& entry : descriptions()) {
+    // A structured binding cannot be captured by CAPTURE's lambda under clang 14.
+    const std::string& what = entry.first;
+    const nn::ModelDescription& d = entry.second;
     CAPTURE(what);
     const nn::ModelShapes shapes = nn::model_shapes(d);
     CHECK(shapes.own_parts.empty());

@@ -318,7 +318,7 @@ TEST_CASE("model description: the reader names the field of every bad value") {
              "vocabulary.tokenizer: expected a string, got 3");
   // Unknown names of kinds.
   fails_with(edited([](json& j) { j["kind"] = "GPT"; }),
-             "kind: unknown name \"GPT\" (known: MaskedLM, SequenceClassifier)");
+             "kind: unknown name \"GPT\" (known: MaskedLM, SequenceClassifier, CausalLM)");
   fails_with(edited([](json& j) { j["encoder"]["per_layer"][1]["linformer"]["sharing"] = "all"; }),
              "encoder.per_layer[1].linformer.sharing: unknown name \"all\"");
   fails_with(edited([](json& j) { j["encoder"]["attention"] = "sparse"; }),
@@ -401,6 +401,22 @@ TEST_CASE("save_model and load_model: the same model from the file alone") {
   const auto c2 = nn::load_model(dir.file("cls.safetensors")).as<nn::SequenceClassifier>();
   CHECK(c2->forward(some_tokens()).to_vector<float>() ==
         c->forward(some_tokens()).to_vector<float>());
+
+  // A decoder (full attention, learned positions), through the same calls.
+  nn::ModelDescription decoder = small_mlm();
+  decoder.kind = nn::ModelKind::causal_lm;
+  decoder.encoder.attention = nn::AttentionKind::full;
+  decoder.encoder.linformer = {};
+  auto lm = nn::make_model<nn::CausalLM>(decoder);
+  lm->eval();
+  nn::save_model(dir.file("lm.safetensors"), *lm, decoder);
+  const nn::LoadedModel lm_loaded = nn::load_model(dir.file("lm.safetensors"));
+  CHECK(lm_loaded.kind() == nn::ModelKind::causal_lm);
+  CHECK(nn::describe(lm_loaded.description).find("CausalLM over the \"byte\" vocabulary") == 0);
+  CHECK(lm_loaded.as<nn::CausalLM>()->forward(some_tokens()).to_vector<float>() ==
+        lm->forward(some_tokens()).to_vector<float>());
+  // Its state dict has no "body.": a file renamed as a MaskedLM's is refused by name.
+  CHECK(lm->state_dict().front().first == "token_embedding.weight");
 
   // save_model refuses a description of another kind.
   CHECK_THROWS_WITH_AS(nn::save_model(dir.file("x.safetensors"), *c, description),
