@@ -73,6 +73,8 @@ void run_loaded_model(const tinyformer::nn::LoadedModel& loaded) {
   NoGradGuard no_grad;
   if (loaded.kind() == nn::ModelKind::masked_lm) {
     (void)loaded.as<nn::MaskedLM>()->forward(tokens);
+  } else if (loaded.kind() == nn::ModelKind::causal_lm) {
+    (void)loaded.as<nn::CausalLM>()->forward(tokens);
   } else {
     (void)loaded.as<nn::SequenceClassifier>()->forward(tokens);
   }

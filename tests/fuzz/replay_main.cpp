@@ -134,6 +134,11 @@ void make_model_seeds(const fs::path& dir) {
     d.encoder.linformer = {.k = 4, .projection = ProjectionKind::mean};
     save_model_seed(dir / "loads-classifier-mean-linformer.safetensors", d);
   }
+  {
+    nn::ModelDescription d = small_model(AttentionKind::full);
+    d.kind = nn::ModelKind::causal_lm;
+    save_model_seed(dir / "loads-causal-lm.safetensors", d);
+  }
   const std::pair<Sharing, const char*> sharings[] = {{Sharing::none, "none"},
                                                       {Sharing::headwise, "headwise"},
                                                       {Sharing::key_value, "key-value"},
