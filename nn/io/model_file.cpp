@@ -397,12 +397,13 @@ std::int64_t layers_named(const Entries& entries, const std::string& body) {
 void check_tensors(const ModelDescription& d, const SafetensorsFile& file,
                    const std::string& where) {
   Entries entries;
-  std::int64_t largest_dim = 1;
+  std::int64_t largest_dim = 1, elements = 0;
   for (const auto& [name, t] : file.tensors) {
     if (name.rfind("model.", 0) != 0) continue;
     entries.emplace(name.substr(6), &t);
     // A tensor without elements holds no bytes, so its dimensions bound nothing.
     if (t.numel() == 0) continue;
+    elements += t.numel();  // the file holds every element: no overflow
     for (std::int64_t size : t.shape()) largest_dim = std::max(largest_dim, size);
   }
   const EncoderConfig& c = d.encoder;
@@ -426,11 +427,16 @@ void check_tensors(const ModelDescription& d, const SafetensorsFile& file,
   const std::int64_t named = layers_named(entries, body);
   TF_CHECK(c.layers <= named, where, ": encoder.layers: the description says ", c.layers,
            ", the file's tensors name ", named, " (\"model.", body, "encoder.layers.<i>.*\")");
-  // A feed-forward of one's own gets d_ff, which no built-in tensor then pins.
-  TF_CHECK(is_builtin_feed_forward(c.feed_forward) || c.d_ff <= largest_dim, where,
+  // A feed-forward of one's own gets d_ff, which no built-in tensor then pins, and which it may
+  // use in its own way (a gated block's hidden width is 2 d_ff / 3). A part that mixes d_model
+  // features through d_ff channels holds some d_ff x d_model weights, so d_ff is bounded by the
+  // file's elements over d_model (or by its largest dimension, when larger).
+  const std::int64_t d_ff_bound =
+      std::max(largest_dim, elements / std::max<std::int64_t>(c.d_model, 1));
+  TF_CHECK(is_builtin_feed_forward(c.feed_forward) || c.d_ff <= d_ff_bound, where,
            ": encoder.d_ff: the description says ", c.d_ff, " for the feed-forward \"",
-           c.feed_forward, "\", expected at most ", largest_dim,
-           ", the largest dimension of the file's tensors");
+           c.feed_forward, "\", expected at most ", d_ff_bound,
+           " (the file's tensor elements over encoder.d_model, or its largest dimension)");
 
   // The built-in parts hold some tensors in every layer (an attention 8, a feed-forward 4, the
   // two norms 4): the file must have as many before they are listed one by one, so that the

@@ -81,7 +81,7 @@ struct LoadedModel {
 // embedding, encoder.max_seq_len by the positions, classes by the classifier), encoder.layers
 // against the layers the tensor names show and the tensors their built-in parts need, a
 // feed-forward of one's own's d_ff against the
-// largest dimension present, then every entry of model_shapes(description) by name and shape,
+// file's elements over d_model, then every entry of model_shapes(description) by name and shape,
 // and no other "model.*" entry outside the parts of one's own. The Error names the field or the
 // tensor, what the description implies and what the file holds. A model whose layers hold no
 // tensor at all (every part of one's own and parameter-free) is refused.

@@ -639,7 +639,7 @@ TEST_CASE("load_model: parts of one's own load, their sizes bounded by the file'
         model->forward(some_tokens()).to_vector<float>());
 
   // A feed-forward of one's own gets d_ff unchecked by any built-in tensor: it is bounded by the
-  // largest dimension the file holds (the vocabulary's 300 rows).
+  // file's elements over d_model.
   nn::ModelDescription wide = description;
   wide.encoder.d_ff = 1000000000;
   const std::string lying = dir.file("wide.safetensors");
@@ -652,13 +652,10 @@ TEST_CASE("load_model: parts of one's own load, their sizes bounded by the file'
                               zeros({1000000000, 0}));
     nn::save_safetensors(lying, file.tensors, file.metadata);
   }
-  CHECK_THROWS_WITH_AS(nn::load_model(lying),
-                       ("load_model: " + lying +
-                        ": encoder.d_ff: the description says 1000000000 for the feed-forward "
-                        "\"test_feed_forward\", expected at most 300, the largest dimension of "
-                        "the file's tensors")
-                           .c_str(),
-                       Error);
+  const std::string refusal = "load_model: " + lying +
+                              ": encoder.d_ff: the description says 1000000000 for the "
+                              "feed-forward \"test_feed_forward\", expected at most ";
+  CHECK_THROWS_WITH_AS(nn::load_model(lying), doctest::Contains(refusal.c_str()), Error);
 }
 
 TEST_CASE("TrainingRun saves the model description; load_model opens its checkpoint") {
