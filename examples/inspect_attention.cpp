@@ -1,10 +1,11 @@
 // inspect_attention: what a language model trained by train_mlm (a masked LM) or train_causal_lm
 // (a decoder, whose maps are causal) attends to. From its checkpoint and a
 // text, it draws every layer's attention probabilities as heat maps (one PNG per layer, a panel
-// per head) and the spectrum of P, the Linformer paper's Figure 1: each head's singular values,
-// sorted, as a normalised cumulative sum, for the trained model against the same model freshly
-// initialised with the training seed. The spectra go to a CSV and a PNG, and the share of the
-// mass in the first k values to stdout. docs/inspect.md shows and explains the figures.
+// per head, one colour scale, the bytes as labels) and the spectrum of P, the Linformer paper's
+// Figure 1: each head's singular values, sorted, as a normalised cumulative sum, for the trained
+// model against the same model freshly initialised with the training seed. The spectra go to a CSV
+// and a PNG, and the share of the mass in the first k values to stdout. docs/inspect.md shows and
+// explains the figures.
 //
 //   inspect_attention --checkpoint train_mlm.safetensors --data text.txt
 //   inspect_attention --checkpoint full.safetensors --text "Some text..." --out figures/full
@@ -294,6 +295,14 @@ int main(int argc, char** argv) {
     const bool linformer = models.config.attention == nn::AttentionKind::linformer;
     const std::string key_label = linformer ? "compressed row" : "key position";
     const std::string quote = "\"" + excerpt(text, 40) + "\"";
+    // The first sequence's bytes label the rows, and the columns of full attention's maps
+    // (Linformer's columns are its compressed rows, which no single byte names).
+    std::vector<std::string> byte_labels;
+    for (std::int64_t id : tokens.select(0, 0).to(Device::cpu()).to_vector<std::int64_t>()) {
+      byte_labels.push_back(ByteTokenizer::decode({id}));
+    }
+    const std::vector<std::string> key_labels =
+        linformer ? std::vector<std::string>{} : byte_labels;
     std::vector<std::string> written;
     const std::vector<Tensor> trained_maps = nn::attention_maps(*models.trained, tokens);
     const std::vector<Tensor> untrained_maps = nn::attention_maps(*models.untrained, tokens);
@@ -306,7 +315,7 @@ int main(int argc, char** argv) {
         const std::string title = prefix + " model, layer " + std::to_string(l) + ", " +
                                   std::to_string(n) + " x " + std::to_string(probs.size(3)) +
                                   " per head: " + quote;
-        nn::plot_attention(png, probs.select(0, 0), title, key_label);
+        nn::plot_attention(png, probs.select(0, 0), title, key_label, byte_labels, key_labels);
         written.push_back(png);
       }
     }

@@ -115,21 +115,24 @@ int main(int argc, char** argv) {
           << "," << trained[1][u] << "," << random_curve[u] << "," << (i + 1.0) / n << "\n";
     }
   }
+  // Layers by colour (0 purple, 1 orange), untrained dashed and trained solid; the two
+  // references in grey and black.
   std::ostringstream gp;
   gp << "set datafile separator ','\nset key bottom right\n"
      << "set title 'Spectrum of P (n = " << n << "): cumulative share of the singular values'\n"
      << "set xlabel 'singular value index'\nset ylabel 'cumulative share'\n"
      << "set yrange [0:1.02]\nset xrange [1:" << n << "]\n"
-     << "plot '" << csv << "' every ::1 using 1:2 with lines lw 2 title 'untrained, layer 0', \\\n"
-     << "  '' every ::1 using 1:3 with lines lw 2 title 'untrained, layer 1', \\\n"
-     << "  '' every ::1 using 1:4 with lines lw 2 title 'trained " << steps
-     << " steps, layer 0', "
+     << "plot '" << csv
+     << "' every ::1 using 1:2 with lines lw 2 dt 2 lc 1 title 'untrained, layer 0', \\\n"
+     << "  '' every ::1 using 1:3 with lines lw 2 dt 2 lc 4 title 'untrained, layer 1', \\\n"
+     << "  '' every ::1 using 1:4 with lines lw 2 lc 1 title 'trained " << steps
+     << " steps, layer 0', \\\n"
+     << "  '' every ::1 using 1:5 with lines lw 2 lc 4 title 'trained " << steps
+     << " steps, layer 1', \\\n"
+     << "  '' every ::1 using 1:6 with lines lw 2 dt 4 lc rgb 'gray50' title 'random sharp P', "
         "\\\n"
-     << "  '' every ::1 using 1:5 with lines lw 2 title 'trained " << steps
-     << " steps, layer 1', "
-        "\\\n"
-     << "  '' every ::1 using 1:6 with lines dt 2 title 'random sharp P', \\\n"
-     << "  '' every ::1 using 1:7 with lines dt 3 title 'identity (full rank)'\n";
+     << "  '' every ::1 using 1:7 with lines lw 2 dt 3 lc rgb 'black' title 'identity (full "
+        "rank)'\n";
   tutorial::plot(dir + "/tutorial_04_spectrum.png", gp.str());
   return tutorial::finish();
 }

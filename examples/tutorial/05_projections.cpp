@@ -115,14 +115,25 @@ int main(int argc, char** argv) {
           << "," << 2.0 / std::sqrt(std::numbers::pi * static_cast<double>(ks[j])) << "\n";
     }
   }
+  // Both axes fit the data: k from 8 to 256, the distortions between their least and largest.
+  double lo = INFINITY, hi = 0;
+  for (const auto& row : distortion) {
+    lo = std::min(lo, *std::min_element(row.begin(), row.end()));
+    hi = std::max(hi, *std::max_element(row.begin(), row.end()));
+  }
   std::ostringstream gp;
   gp << "set datafile separator ','\nset logscale xy\nset key top right\n"
      << "set title 'Random projection R (k x n): length distortion depends on k, not n'\n"
      << "set xlabel 'k (rows after projection)'\nset ylabel 'mean | |Rx|^2/|x|^2 - 1 |'\n"
-     << "plot '" << csv << "' every ::1 using 1:2 with linespoints lw 2 title 'n = 256', \\\n"
-     << "  '' every ::1 using 1:3 with linespoints lw 2 title 'n = 1024', \\\n"
-     << "  '' every ::1 using 1:4 with linespoints lw 2 title 'n = 4096', \\\n"
-     << "  '' every ::1 using 1:5 with lines dt 2 title '2 / sqrt(pi k)'\n";
+     << "set xrange [" << ks.front() / 1.25 << ":" << ks.back() * 1.25 << "]\n"
+     << "set xtics (8, 16, 32, 64, 128, 256)\n"
+     << "set yrange [" << lo / 1.2 << ":" << hi * 1.2 << "]\n"
+     << "set ytics (0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.4)\n"
+     << "plot '" << csv
+     << "' every ::1 using 1:2 with linespoints lw 2 pt 7 lc 1 title 'n = 256', \\\n"
+     << "  '' every ::1 using 1:3 with linespoints lw 2 pt 5 lc 2 title 'n = 1024', \\\n"
+     << "  '' every ::1 using 1:4 with linespoints lw 2 pt 9 lc 3 title 'n = 4096', \\\n"
+     << "  '' every ::1 using 1:5 with lines dt 2 lw 2 lc rgb 'gray30' title '2 / sqrt(pi k)'\n";
   tutorial::plot(dir + "/tutorial_05_jl.png", gp.str());
   return tutorial::finish();
 }

@@ -1,5 +1,6 @@
 // Tutorial step 8: why Linformer cannot be causal, shown numerically, next to a small causal
-// decoder (nn::CausalLM) trained for a few hundred steps that writes text.
+// decoder (nn::CausalLM) trained for a few hundred steps that writes text, and its attention
+// maps. Writes tutorial_08_leak.png and tutorial_08_attention_layer*.png.
 // docs/tutorial/08-causal.md walks through it.
 #include <chrono>
 #include <set>
@@ -36,6 +37,56 @@ double next_byte_loss(nn::CausalLM& model, const std::vector<std::int64_t>& toke
                           .item<double>();
   model.train();
   return loss;
+}
+
+// The trained decoder's attention on one sentence of 32 bytes: a heat map per layer (queries
+// down, keys across, labelled with the bytes, one colour scale for all heads) and, per head, the
+// mean weight on the query's own byte and on the byte before it, and the mean distance back to
+// the keys it reads (tutorial_08_attention.csv).
+void draw_attention(nn::CausalLM& model, const std::string& dir) {
+  const std::string sentence = "the old man sees the river again";
+  const auto n = static_cast<std::int64_t>(sentence.size());
+  const auto layers = model.encoder->attention_layers();
+  for (const auto& attention : layers) attention->keep_attention(true);
+  model.forward(from<std::int64_t>(ByteTokenizer::encode(sentence), {1, n}));
+  std::vector<std::string> bytes;
+  for (char c : sentence) bytes.emplace_back(1, c);
+  std::ofstream csv(dir + "/tutorial_08_attention.csv");
+  csv << "layer,head,own,previous,distance\n";
+  double above_diagonal = 0;
+  std::printf("attention of the trained decoder on \"%s\":\n", sentence.c_str());
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const Tensor p = layers[l]->last_attention().select(0, 0);  // [H, n, n]
+    const auto w = p.contiguous().to_vector<double>();
+    for (std::int64_t h = 0; h < p.size(0); ++h) {
+      // Over the queries 1 .. n-1 (query 0 can only read itself).
+      double own = 0, previous = 0, distance = 0;
+      for (std::int64_t i = 1; i < n; ++i) {
+        const auto row = static_cast<std::size_t>((h * n + i) * n);
+        own += w[row + static_cast<std::size_t>(i)] / static_cast<double>(n - 1);
+        previous += w[row + static_cast<std::size_t>(i - 1)] / static_cast<double>(n - 1);
+        for (std::int64_t j = 0; j < n; ++j) {
+          const double weight = w[row + static_cast<std::size_t>(j)];
+          if (j > i) above_diagonal = std::max(above_diagonal, weight);
+          distance += weight * static_cast<double>(i - j) / static_cast<double>(n - 1);
+        }
+      }
+      csv << l << "," << h << "," << own << "," << previous << "," << distance << "\n";
+      std::printf("  layer %zu head %lld: own byte %.2f, previous byte %.2f, mean distance %.1f\n",
+                  l, static_cast<long long>(h), own, previous, distance);
+    }
+    const std::string png = dir + "/tutorial_08_attention_layer" + std::to_string(l) + ".png";
+    try {
+      nn::plot_attention(png, p, "trained decoder, layer " + std::to_string(l), "key (byte)", bytes,
+                         bytes);
+      std::printf("  figure: %s\n", png.c_str());
+    } catch (const Error& error) {
+      std::printf("  (no figure: %s)\n", error.what());
+    }
+  }
+  for (const auto& attention : layers) attention->keep_attention(false);
+  check(above_diagonal == 0.0,
+        "the decoder's attention maps are causal: every weight above the diagonal is exactly 0");
 }
 
 }  // namespace
@@ -89,17 +140,21 @@ int main(int argc, char** argv) {
           << change[static_cast<std::size_t>(i)] << "\n";
     }
   }
-  tutorial::plot(
-      dir + "/tutorial_08_leak.png",
-      "set datafile separator ','\nset style data histograms\n"
-      "set style fill solid 0.8\nset boxwidth 0.8\nset key top left\n"
-      "set title 'Change of each output when the token at position 5 changes'\n"
-      "set xlabel 'position'\nset ylabel 'max |change|'\nset yrange [0:*]\n"
-      "set arrow from 4.5, graph 0 to 4.5, graph 1 nohead dt 2\n"
-      "plot '" +
-          dir +
-          "/tutorial_08_leak.csv' every ::1 using 2:xtic(1) "
-          "title 'causal full attention', '' every ::1 using 3 title 'Linformer, k = 4'\n");
+  // Bars per output position: causal full attention (purple) and Linformer (green); the dashed
+  // line separates the outputs before the changed token from the rest.
+  tutorial::plot(dir + "/tutorial_08_leak.png",
+                 "set datafile separator ','\nset style data histograms\n"
+                 "set style fill solid 0.8\nset boxwidth 0.8\nset key top left\n"
+                 "set title 'Change of each output when the token at position 5 changes'\n"
+                 "set xlabel 'output position'\nset ylabel 'max |change| of the output'\n"
+                 "set yrange [0:*]\n"
+                 "set arrow from 4.5, graph 0 to 4.5, graph 1 nohead dt 2 lc rgb 'gray30'\n"
+                 "set label 'outputs 0-4: before the change' at 4.4, graph 0.75 right\n"
+                 "plot '" +
+                     dir +
+                     "/tutorial_08_leak.csv' every ::1 using 2:xtic(1) lc 1 "
+                     "title 'causal full attention', '' every ::1 using 3 lc 2 "
+                     "title 'Linformer, k = 4'\n");
 
   // Each row of E mixes positions; with the pooling start row r averages a window, and the
   // last rows cover the last positions, which every query attends to.
@@ -189,9 +244,11 @@ int main(int argc, char** argv) {
   tutorial::check_trained(smoke, known >= 0.8 * total,
                           "at least 80% of the sampled words are words of the corpus");
 
-  // The decoder is causal, exactly: a later token never changes an earlier position's logits.
   NoGradGuard no_grad;
   model.eval();
+  draw_attention(model, dir);
+
+  // The decoder is causal, exactly: a later token never changes an earlier position's logits.
   std::vector<std::int64_t> seq = ByteTokenizer::encode("the old man sees the river again.");
   seq.resize(static_cast<std::size_t>(context));
   const Tensor before = model.forward(from<std::int64_t>(seq, {1, context}));

@@ -80,14 +80,15 @@ inline std::string figure_dir(int argc, char** argv) {
   return ".";
 }
 
-// Draws `png` with gnuplot from `script` (the plot commands; the terminal and output are set
-// here). Without gnuplot the figure is skipped with a note: the figure illustrates, the checks
-// prove.
-inline void plot(const std::string& png, const std::string& script) {
+// Draws `png` with gnuplot from `script` (the plot commands; the terminal, its size in pixels and
+// the output are set here). Without gnuplot the figure is skipped with a note: the figure
+// illustrates, the checks prove.
+inline void plot(const std::string& png, const std::string& script, int width = 900,
+                 int height = 560) {
   const std::string gp = png + ".gp";
   {
     std::ofstream out(gp);
-    out << "set terminal pngcairo size 900,560 font ',11' noenhanced\n"
+    out << "set terminal pngcairo size " << width << "," << height << " font ',11' noenhanced\n"
         << "set output '" << png << "'\nset grid\n"
         << script;
   }

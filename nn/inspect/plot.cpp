@@ -27,14 +27,58 @@ std::string number(double v) {
   return text;
 }
 
+// Panels with token labels are larger, two to a row, to leave room for the labels.
+constexpr int kLabelledHeadsPerRow = 2;
+constexpr int kLabelledPanelPixels = 560;
+constexpr std::size_t kMostLabels = 40;
+
+// A token as a tic label: a space as an open box (U+2423), a newline and a tab as \n and \t, any
+// other control character as '?', so that every label is visible and the script stays one line per
+// command.
+std::string visible_token(const std::string& token) {
+  std::string out;
+  for (const char c : token) {
+    if (c == ' ') {
+      out += "\u2423";  // an open box, the usual sign for a space
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if ((c >= 0 && c < 32) || c == 127) {
+      out += '?';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// gnuplot's explicit tic list for an axis of token labels: ('0 t' 0, '3 x' 3, ...), every
+// s-th position with s = ceil(count / kMostLabels).
+std::string tics(const std::vector<std::string>& tokens) {
+  const std::size_t step = (tokens.size() + kMostLabels - 1) / kMostLabels;
+  std::string list = "(";
+  for (std::size_t i = 0; i < tokens.size(); i += step) {
+    list += (i ? ", " : "") + gnuplot_quote(std::to_string(i) + " " + visible_token(tokens[i])) +
+            " " + std::to_string(i);
+  }
+  return list + ")";
+}
+
 }  // namespace
 
 void plot_attention(const std::string& png, const Tensor& probs, const std::string& title,
-                    const std::string& key_label) {
+                    const std::string& key_label, const std::vector<std::string>& query_tokens,
+                    const std::vector<std::string>& key_tokens) {
   TF_CHECK(probs.defined() && probs.dim() == 3 && probs.numel() > 0,
            "plot_attention: expected probabilities [H, n, m] of one sequence, got ",
            probs.defined() ? shape_str(probs.shape()) : "an undefined Tensor");
   const std::int64_t heads = probs.size(0), n = probs.size(1), m = probs.size(2);
+  TF_CHECK(query_tokens.empty() || static_cast<std::int64_t>(query_tokens.size()) == n,
+           "plot_attention: expected ", n, " query labels (one per row), got ",
+           query_tokens.size());
+  TF_CHECK(key_tokens.empty() || static_cast<std::int64_t>(key_tokens.size()) == m,
+           "plot_attention: expected ", m, " key labels (one per column), got ", key_tokens.size());
   const std::vector<double> values = probs.contiguous().to_vector<double>();
   std::ostringstream gp;
   for (std::int64_t h = 0; h < heads; ++h) {
@@ -47,21 +91,26 @@ void plot_attention(const std::string& png, const Tensor& probs, const std::stri
     }
     gp << "EOD\n";
   }
-  const int columns = static_cast<int>(std::min<std::int64_t>(heads, kHeadsPerRow));
-  const int rows = static_cast<int>((heads + kHeadsPerRow - 1) / kHeadsPerRow);
+  const bool labelled = !query_tokens.empty() || !key_tokens.empty();
+  const int per_row = labelled ? kLabelledHeadsPerRow : kHeadsPerRow;
+  const int panel = labelled ? kLabelledPanelPixels : kPanelPixels;
+  const int columns = static_cast<int>(std::min<std::int64_t>(heads, per_row));
+  const int rows = static_cast<int>((heads + per_row - 1) / per_row);
+  // One scale for every panel: 0 to the largest weight of any head.
+  const double top = std::max(*std::max_element(values.begin(), values.end()), 1e-12);
   gp << kPalette << "unset key\nset tics out nomirror font ',8'\n"
+     << "set cbrange [0:" << number(top) << "]\nset cbtics font ',8'\n"
      << "set xlabel " << gnuplot_quote(key_label) << "\nset ylabel 'query position'\n"
-     << "set xrange [-0.5:" << m - 0.5 << "]\nset yrange [" << n - 0.5 << ":-0.5]\n"
-     << "set multiplot layout " << rows << "," << columns << " title " << gnuplot_quote(title)
-     << "\n";
+     << "set xrange [-0.5:" << m - 0.5 << "]\nset yrange [" << n - 0.5 << ":-0.5]\n";
+  if (!key_tokens.empty()) gp << "set xtics rotate by 90 right " << tics(key_tokens) << "\n";
+  if (!query_tokens.empty()) gp << "set ytics " << tics(query_tokens) << "\n";
+  gp << "set multiplot layout " << rows << "," << columns << " title "
+     << gnuplot_quote(title + " (one colour scale for all heads)") << "\n";
   for (std::int64_t h = 0; h < heads; ++h) {
-    const auto first = values.begin() + h * n * m;
-    const double top = std::max(*std::max_element(first, first + n * m), 1e-12);
-    gp << "set title 'head " << h << "'\nset cbrange [0:" << number(top) << "]\n"
-       << "plot $head" << h << " matrix with image\n";
+    gp << "set title 'head " << h << "'\nplot $head" << h << " matrix with image\n";
   }
   gp << "unset multiplot\n";
-  gnuplot_png(png, columns * kPanelPixels, rows * kPanelPixels + 30, gp.str(), "plot_attention");
+  gnuplot_png(png, columns * panel, rows * panel + 30, gp.str(), "plot_attention");
 }
 
 void plot_spectra(const std::string& png, const std::vector<NamedSpectra>& models,

@@ -10,12 +10,20 @@
 
 namespace tinyformer::nn {
 
-// One layer's attention probabilities as heat maps, one panel per head in a grid (four per
-// row): probs [H, n, m] (one sequence of encoder_attention's [B, H, n, m]), queries down,
-// keys (or Linformer's k compressed rows) across, each panel coloured from 0 to its own
-// largest weight. `key_label` names the horizontal axis ("key position", "compressed row").
+// One layer's attention probabilities as heat maps, one panel per head in a grid (four per row):
+// probs [H, n, m] (one sequence of encoder_attention's [B, H, n, m]), queries down, keys (or
+// Linformer's k compressed rows) across. Every panel is coloured on one scale, from 0 to the
+// largest weight of any head, so that a colour means the same weight in every panel. `key_label`
+// names the horizontal axis ("key position", "compressed row"). `query_tokens` (n labels) and
+// `key_tokens` (m labels), when given, label the rows and the columns with the tokens instead of
+// their positions, in larger panels two to a row: every one when there are at most 40, else
+// every s-th with s = ceil(count / 40), each prefixed with its position (a space is drawn as an
+// open box, a newline and a tab as \n and \t, other control characters as '?'). A label list of
+// another length than its axis is an Error.
 void plot_attention(const std::string& png, const Tensor& probs, const std::string& title,
-                    const std::string& key_label = "key position");
+                    const std::string& key_label = "key position",
+                    const std::vector<std::string>& query_tokens = {},
+                    const std::vector<std::string>& key_tokens = {});
 
 // Spectra to compare (e.g. a trained model and the same model untrained): one name each.
 struct NamedSpectra {

@@ -186,6 +186,13 @@ TEST_CASE("plot_attention and plot_spectra: bad input is an Error, good input a 
   fs::create_directories(dir);
   CHECK_THROWS_WITH_AS(nn::plot_attention((dir / "a.png").string(), full({2, 3, 3, 3}, 0.5), "t"),
                        doctest::Contains("[H, n, m]"), Error);
+  // Token labels: one per row and one per column, or none.
+  CHECK_THROWS_WITH_AS(nn::plot_attention((dir / "a.png").string(), full({2, 5, 3}, 1.0 / 3), "t",
+                                          "key", {"a", "b"}),
+                       doctest::Contains("expected 5 query labels"), Error);
+  CHECK_THROWS_WITH_AS(nn::plot_attention((dir / "a.png").string(), full({2, 5, 3}, 1.0 / 3), "t",
+                                          "key", {}, {"a", "b", "c", "d"}),
+                       doctest::Contains("expected 3 key labels"), Error);
   const auto one = nn::attention_spectrum(full({1, 2, 4, 4}, 0.25));
   CHECK_THROWS_WITH_AS(
       nn::plot_spectra((dir / "s.png").string(), {{"a", {one, one}}, {"b", {one}}}, "t"),
@@ -195,6 +202,10 @@ TEST_CASE("plot_attention and plot_spectra: bad input is an Error, good input a 
   } else {
     nn::plot_attention((dir / "a.png").string(), full({2, 5, 3}, 1.0 / 3), "maps",
                        "compressed row");
+    // Labels with a quote, a space, a newline and a control character still make a PNG.
+    nn::plot_attention((dir / "b.png").string(), full({1, 3, 3}, 1.0 / 3), "labelled", "key",
+                       {"'", " ", "\n"}, {"a", "\x01", "c"});
+    CHECK(fs::file_size(dir / "b.png") > 0);
     nn::plot_spectra((dir / "s.png").string(), {{"a", {one, one}}, {"b", {one, one}}}, "spectra",
                      2);
     CHECK(fs::file_size(dir / "a.png") > 0);
