@@ -205,7 +205,9 @@ int main(int argc, char** argv) {
 
     // --- Model, optimizer, schedule, data order; the run resumes from --checkpoint. ---
     manual_seed(o.run.seed);
-    auto model = std::make_shared<nn::CausalLM>(config, ByteTokenizer::vocab_size);
+    // Positions at five times the token scale, as for masked-LM pretraining (nn::InitConfig).
+    auto model = std::make_shared<nn::CausalLM>(config, ByteTokenizer::vocab_size,
+                                                nn::InitConfig::language_model());
     model->to(device);
     nn::optim::AdamW optimizer(nn::optim::decay_groups(*model, o.run.weight_decay),
                                {.lr = o.run.lr, .weight_decay = o.run.weight_decay});
