@@ -135,9 +135,25 @@ std::uint64_t untrained_seed(const nn::Metadata& recorded, const Options& o) {
   return seed;
 }
 
+// The starting scales train_mlm recorded (config.position-std), else its recipe's
+// (nn::InitConfig::language_model()).
+nn::InitConfig untrained_init(const nn::Metadata& recorded, const Options& o) {
+  nn::InitConfig init = nn::InitConfig::language_model();
+  const auto it = recorded.find("config.position-std");
+  if (it == recorded.end()) return init;
+  const std::string& value = it->second;
+  const char* end = value.data() + value.size();
+  const auto [ptr, ec] = std::from_chars(value.data(), end, init.position_std);
+  if (ec != std::errc() || ptr != end || !(init.position_std >= 0)) {
+    throw UsageError("--checkpoint " + o.checkpoint + " records the position std '" + value +
+                     "', not a number of 0 or more");
+  }
+  return init;
+}
+
 // Opens the checkpoint's model (nn::load_model: its description is in the file) and builds its
-// untrained twin: the same description, built after seeding the generator with the training seed,
-// as train_mlm builds its model, so that it is the trained model at step 0.
+// untrained twin: the same description and starting scales, built after seeding the generator with
+// the training seed, as train_mlm builds its model, so that it is the trained model at step 0.
 Models open_models(Options& o, Device device) {
   Models m;
   const nn::LoadedModel loaded = nn::load_model(o.checkpoint, device);
@@ -158,7 +174,7 @@ Models open_models(Options& o, Device device) {
   m.trained->eval();
   m.seed = untrained_seed(loaded.metadata, o);
   manual_seed(m.seed);
-  m.untrained = nn::make_model(loaded.description);
+  m.untrained = nn::make_model(loaded.description, untrained_init(loaded.metadata, o));
   m.untrained->to(device);
   m.untrained->eval();
   return m;

@@ -187,7 +187,8 @@ int main(int argc, char** argv) {
         .encoder = config,
         .vocabulary = {.size = ByteTokenizer::vocab_size, .tokenizer = ByteTokenizer::name}};
     manual_seed(o.run.seed);
-    auto model = nn::make_model<nn::CausalLM>(description);
+    // Positions at five times the token scale, as for masked-LM pretraining (nn::InitConfig).
+    auto model = nn::make_model<nn::CausalLM>(description, nn::InitConfig::language_model());
     model->to(device);
     nn::optim::AdamW optimizer(nn::optim::decay_groups(*model, o.run.weight_decay),
                                {.lr = o.run.lr, .weight_decay = o.run.weight_decay});

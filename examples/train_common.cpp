@@ -94,6 +94,10 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_option("--dropout", f.dropout, "Dropout on residual branches")
       ->check(in_range(0.0, 0.99))
       ->capture_default_str();
+  app.add_option("--position-std", f.position_std,
+                 "Learned positions start at N(0, std^2) (initialisation only)")
+      ->check(non_negative())
+      ->capture_default_str();
   app.add_option("--max-seq-len", f.max_seq_len,
                  "The model's longest sequence (position table, Linformer E); 0: --seq-len")
       ->check(integer(0))
@@ -427,7 +431,12 @@ ModelFlags mlm_model_flags() {
   f.d_model = 64;
   f.d_ff = 256;
   f.dropout = 0.0;  // a few passes over the corpus at most: no overfitting to fight
+  f.position_std = nn::InitConfig::language_model().position_std;
   return f;
+}
+
+nn::InitConfig init_config(const ModelFlags& f) {
+  return {.position_std = f.position_std};
 }
 
 Metadata model_metadata(const ModelFlags& f) {
@@ -447,6 +456,7 @@ Metadata model_metadata(const ModelFlags& f) {
   put(m, "config.heads", f.heads);
   put(m, "config.d-ff", f.d_ff);
   put(m, "config.dropout", f.dropout);
+  put(m, "config.position-std", f.position_std);
   return m;
 }
 

@@ -39,10 +39,16 @@ struct ModelFlags {
   std::int64_t d_ff = 512;
   double dropout = 0.1;
   std::int64_t max_seq_len = 0;  // 0: the sequence length the program trains on
+  // Learned positions start at N(0, position_std^2) (nn::InitConfig); initialisation only, so
+  // not needed to resume.
+  double position_std = nn::InitConfig{}.position_std;
 };
 
+// The initialisation these flags ask for.
+nn::InitConfig init_config(const ModelFlags& flags);
+
 // train_mlm's model: the defaults above with its measured choices (mean pooling, d_model 64,
-// d_ff 256, no dropout).
+// d_ff 256, no dropout, positions started as nn::InitConfig::language_model() says).
 ModelFlags mlm_model_flags();
 
 // The optimisation and bookkeeping flags.

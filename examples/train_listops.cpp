@@ -326,7 +326,7 @@ int main(int argc, char** argv) {
         .classes = ListOpsVocab::num_classes,
         .pooling = o.pooling == "cls" ? nn::Pooling::cls : nn::Pooling::mean};
     manual_seed(o.run.seed);
-    auto model = nn::make_model<nn::SequenceClassifier>(description);
+    auto model = nn::make_model<nn::SequenceClassifier>(description, train::init_config(o.model));
     model->to(device);
     dist.wrap(model);  // --distributed: rank 0's weights everywhere, gradients averaged
     nn::optim::AdamW optimizer(nn::optim::decay_groups(*model, o.run.weight_decay),

@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
                                               : nn::PositionEncoding::sinusoidal,
         .tie_weights = true};
     manual_seed(o.run.seed);
-    auto model = nn::make_model<nn::MaskedLM>(description);
+    auto model = nn::make_model<nn::MaskedLM>(description, train::init_config(o.model));
     model->to(device);
     dist.wrap(model);  // --distributed: rank 0's weights everywhere, gradients averaged
     nn::optim::AdamW optimizer(nn::optim::decay_groups(*model, o.run.weight_decay),

@@ -12,10 +12,11 @@
 
 namespace tinyformer::nn {
 
-CausalLM::CausalLM(const EncoderConfig& config, std::int64_t vocab_size)
+CausalLM::CausalLM(const EncoderConfig& config, std::int64_t vocab_size, const InitConfig& start)
     : vocab_size_(vocab_size), dropout_(config.dropout) {
   TF_CHECK(vocab_size > 0, "CausalLM: expected a positive vocabulary size, got ", vocab_size);
   validate(config);
+  validate(start, "CausalLM");
   for (std::int64_t l = 0; l < config.layers; ++l) {
     TF_CHECK(layer_spec(config, l).attention == AttentionKind::full, "CausalLM: layer ", l,
              " asks for Linformer attention, which cannot be causal: each projected row mixes "
@@ -23,11 +24,12 @@ CausalLM::CausalLM(const EncoderConfig& config, std::int64_t vocab_size)
   }
   token_embedding =
       register_module("token_embedding", std::make_shared<Embedding>(vocab_size, config.d_model));
-  // Small, as GPT-2 and BERT start token embeddings: the tied output logits then start near 0,
-  // a loss near log(vocab).
-  init::normal_(token_embedding->weight, 0.0, 0.02);
-  positions = register_module(
-      "positions", std::make_shared<LearnedPositionalEncoding>(config.max_seq_len, config.d_model));
+  // Small (InitConfig's 0.02, as GPT-2 and BERT start token embeddings): the tied output logits
+  // then start near 0, a loss near log(vocab).
+  init::normal_(token_embedding->weight, 0.0, start.token_std);
+  positions =
+      register_module("positions", std::make_shared<LearnedPositionalEncoding>(
+                                       config.max_seq_len, config.d_model, start.position_std));
   encoder = register_module("encoder", std::make_shared<TransformerEncoder>(config));
 }
 

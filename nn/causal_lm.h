@@ -29,7 +29,8 @@ struct SamplingOptions {
 // rejects it. A pre-norm stack (the default) ends with the encoder's final LayerNorm.
 class CausalLM : public Module {
  public:
-  CausalLM(const EncoderConfig& config, std::int64_t vocab_size);
+  // `init`: the embeddings' starting scales (InitConfig).
+  CausalLM(const EncoderConfig& config, std::int64_t vocab_size, const InitConfig& init = {});
   Tensor forward(const Tensor& tokens);
   std::string type_name() const override { return "CausalLM"; }
 

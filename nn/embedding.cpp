@@ -9,6 +9,13 @@
 
 namespace tinyformer::nn {
 
+void validate(const InitConfig& init, const char* op) {
+  TF_CHECK(std::isfinite(init.token_std) && init.token_std >= 0, op,
+           ": expected a finite, non-negative token_std, got ", init.token_std);
+  TF_CHECK(std::isfinite(init.position_std) && init.position_std >= 0, op,
+           ": expected a finite, non-negative position_std, got ", init.position_std);
+}
+
 Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim) {
   TF_CHECK(num_embeddings > 0 && dim > 0, "Embedding: expected positive sizes, got ",
            num_embeddings, " x ", dim);

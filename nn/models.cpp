@@ -11,17 +11,17 @@
 namespace tinyformer::nn {
 
 TokenEncoder::TokenEncoder(const EncoderConfig& config, std::int64_t vocab_size,
-                           PositionEncoding positions)
+                           PositionEncoding positions, const InitConfig& start)
     : vocab_size_(vocab_size), dropout_(config.dropout) {
   TF_CHECK(vocab_size > 0, "TokenEncoder: expected a positive vocabulary size, got ", vocab_size);
+  validate(start, "TokenEncoder");
   token_embedding =
       register_module("token_embedding", std::make_shared<Embedding>(vocab_size, config.d_model));
-  // N(0, 0.02^2) as BERT and RoBERTa initialise token embeddings: N(0, 1) would swamp the
-  // position encodings and make tied output logits huge.
-  init::normal_(token_embedding->weight, 0.0, 0.02);
+  init::normal_(token_embedding->weight, 0.0, start.token_std);
   if (positions == PositionEncoding::learned) {
-    learned_positions = register_module("positions", std::make_shared<LearnedPositionalEncoding>(
-                                                         config.max_seq_len, config.d_model));
+    learned_positions =
+        register_module("positions", std::make_shared<LearnedPositionalEncoding>(
+                                         config.max_seq_len, config.d_model, start.position_std));
   } else {
     sinusoidal_positions = register_module(
         "positions",
@@ -43,8 +43,9 @@ Tensor TokenEncoder::forward(const Tensor& tokens, const Tensor& key_padding_mas
 }
 
 MaskedLM::MaskedLM(const EncoderConfig& config, std::int64_t vocab_size, bool tie_weights,
-                   PositionEncoding positions) {
-  body = register_module("body", std::make_shared<TokenEncoder>(config, vocab_size, positions));
+                   PositionEncoding positions, const InitConfig& init) {
+  body =
+      register_module("body", std::make_shared<TokenEncoder>(config, vocab_size, positions, init));
   dense = register_module("dense", std::make_shared<Linear>(config.d_model, config.d_model));
   norm = register_module("norm", std::make_shared<LayerNorm>(config.d_model));
   if (!tie_weights) {
@@ -64,18 +65,20 @@ Tensor MaskedLM::forward(const Tensor& tokens, const Tensor& key_padding_mask) {
 
 SequenceClassifier::SequenceClassifier(const EncoderConfig& config, std::int64_t vocab_size,
                                        std::int64_t classes, Pooling pooling,
-                                       PositionEncoding positions)
+                                       PositionEncoding positions, const InitConfig& init)
     : pooling_(pooling) {
   TF_CHECK(classes > 1, "SequenceClassifier: expected at least 2 classes, got ", classes);
-  body = register_module("body", std::make_shared<TokenEncoder>(config, vocab_size, positions));
+  body =
+      register_module("body", std::make_shared<TokenEncoder>(config, vocab_size, positions, init));
   classifier = register_module("classifier", std::make_shared<Linear>(config.d_model, classes));
 }
 
 SequenceClassifier::SequenceClassifier(const EncoderConfig& config, std::int64_t vocab_size,
                                        std::shared_ptr<ClassifierHead> custom_head,
-                                       PositionEncoding positions) {
+                                       PositionEncoding positions, const InitConfig& init) {
   TF_CHECK(custom_head != nullptr, "SequenceClassifier: expected a head, got null");
-  body = register_module("body", std::make_shared<TokenEncoder>(config, vocab_size, positions));
+  body =
+      register_module("body", std::make_shared<TokenEncoder>(config, vocab_size, positions, init));
   head = register_module("head", std::move(custom_head));
 }
 
@@ -184,20 +187,21 @@ std::string describe(const ModelDescription& d) {
   return text;
 }
 
-std::shared_ptr<Module> make_model(const ModelDescription& d) {
+std::shared_ptr<Module> make_model(const ModelDescription& d, const InitConfig& init) {
   validate(d.encoder);
   TF_CHECK(d.vocabulary.size > 0, "make_model: expected a positive vocabulary size, got ",
            d.vocabulary.size);
   switch (d.kind) {
     case ModelKind::masked_lm:
-      return std::make_shared<MaskedLM>(d.encoder, d.vocabulary.size, d.tie_weights, d.positions);
+      return std::make_shared<MaskedLM>(d.encoder, d.vocabulary.size, d.tie_weights, d.positions,
+                                        init);
     case ModelKind::sequence_classifier:
       return std::make_shared<SequenceClassifier>(d.encoder, d.vocabulary.size, d.classes,
-                                                  d.pooling, d.positions);
+                                                  d.pooling, d.positions, init);
     case ModelKind::causal_lm:
       TF_CHECK(d.positions == PositionEncoding::learned,
                "make_model: a CausalLM has learned positions, the description says sinusoidal");
-      return std::make_shared<CausalLM>(d.encoder, d.vocabulary.size);
+      return std::make_shared<CausalLM>(d.encoder, d.vocabulary.size, init);
   }
   fail("make_model: unknown model kind ", static_cast<int>(d.kind));
 }

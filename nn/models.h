@@ -14,12 +14,13 @@ namespace tinyformer::nn {
 enum class PositionEncoding { learned, sinusoidal };
 
 // Token embedding + position encoding + dropout + encoder: tokens [B, n] -> [B, n, d_model].
+// `init` sets the embeddings' starting scales here and in every model below.
 // key_padding_mask: [B, n] bool, true at padding (excluded as keys, and from mean pooling), or
 // undefined; the same in every model below.
 class TokenEncoder : public Module {
  public:
   TokenEncoder(const EncoderConfig& config, std::int64_t vocab_size,
-               PositionEncoding positions = PositionEncoding::learned);
+               PositionEncoding positions = PositionEncoding::learned, const InitConfig& init = {});
   Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask = {});
   std::string type_name() const override { return "TokenEncoder"; }
   std::int64_t vocab_size() const { return vocab_size_; }
@@ -40,7 +41,7 @@ class TokenEncoder : public Module {
 class MaskedLM : public Module {
  public:
   MaskedLM(const EncoderConfig& config, std::int64_t vocab_size, bool tie_weights = true,
-           PositionEncoding positions = PositionEncoding::learned);
+           PositionEncoding positions = PositionEncoding::learned, const InitConfig& init = {});
   Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask = {});
   std::string type_name() const override { return "MaskedLM"; }
 
@@ -72,11 +73,13 @@ class SequenceClassifier : public Module {
  public:
   SequenceClassifier(const EncoderConfig& config, std::int64_t vocab_size, std::int64_t classes,
                      Pooling pooling = Pooling::mean,
-                     PositionEncoding positions = PositionEncoding::learned);
+                     PositionEncoding positions = PositionEncoding::learned,
+                     const InitConfig& init = {});
   // A custom head, registered as "head" (classifier stays null).
   SequenceClassifier(const EncoderConfig& config, std::int64_t vocab_size,
                      std::shared_ptr<ClassifierHead> head,
-                     PositionEncoding positions = PositionEncoding::learned);
+                     PositionEncoding positions = PositionEncoding::learned,
+                     const InitConfig& init = {});
   Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask = {});
   std::string type_name() const override { return "SequenceClassifier"; }
 
@@ -124,14 +127,16 @@ std::string describe(const ModelDescription& description);
 // linear kind, its sharing and recipe; layers that differ are listed one by one.
 std::string describe(const EncoderConfig& config);
 
-// The model `description` describes, freshly initialised (from the default generator, as the
-// constructors above do). Throws an Error for an invalid description.
-std::shared_ptr<Module> make_model(const ModelDescription& description);
+// The model `description` describes, freshly initialised as `init` says (from the default
+// generator, as the constructors above do). Throws an Error for an invalid description.
+std::shared_ptr<Module> make_model(const ModelDescription& description,
+                                   const InitConfig& init = {});
 // The same as its concrete type, e.g. make_model<MaskedLM>(description); an Error when the
 // description is of another kind.
 template <typename Model>
-std::shared_ptr<Model> make_model(const ModelDescription& description) {
-  auto model = std::dynamic_pointer_cast<Model>(make_model(description));
+std::shared_ptr<Model> make_model(const ModelDescription& description,
+                                  const InitConfig& init = {}) {
+  auto model = std::dynamic_pointer_cast<Model>(make_model(description, init));
   TF_CHECK(model != nullptr, "make_model: the description is of a ",
            model_kind_name(description.kind), ", not of the type asked for");
   return model;

@@ -41,7 +41,9 @@ int main(int argc, char** argv) {
   const std::int64_t steps = smoke ? 10 : 600;
   const nn::EncoderConfig config{
       .layers = 2, .d_model = 64, .heads = 4, .d_ff = 128, .max_seq_len = n, .dropout = 0.0};
-  nn::MaskedLM model(config, ByteTokenizer::vocab_size);
+  // Positions at five times the token scale, the recipe of byte-level pretraining (nn::InitConfig).
+  nn::MaskedLM model(config, ByteTokenizer::vocab_size, true, nn::PositionEncoding::learned,
+                     nn::InitConfig::language_model());
   const nn::data::TokenChunks chunks(ByteTokenizer::encode(tutorial::tiny_corpus()), n);
   // A fixed batch of 8 sequences to measure the spectra on.
   const Tensor probe = chunks.batch({0, 50, 100, 150, 200, 250, 300, 350});

@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
   const std::int64_t context = 32, batch = 32, steps = smoke ? 10 : 600;
   nn::CausalLM model(
       {.layers = 2, .d_model = 48, .heads = 4, .d_ff = 96, .max_seq_len = context, .dropout = 0.0},
-      ByteTokenizer::vocab_size);
+      ByteTokenizer::vocab_size, nn::InitConfig::language_model());
   nn::optim::AdamW optimizer(model.parameters(), {.lr = 5e-3, .weight_decay = 0.0});
   const nn::optim::WarmupCosine schedule(5e-3, std::min<std::int64_t>(30, steps / 10), steps, 5e-4);
   const nn::data::TokenChunks chunks(train_tokens, context + 1);

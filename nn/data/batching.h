@@ -23,6 +23,13 @@ struct PadOptions {
   bool truncate = false;
 };
 
+// A batch for sequence classification: padded tokens, their padding mask, a label per sequence.
+struct ClassifierBatch {
+  Tensor tokens;        // [B, L] int64
+  Tensor padding_mask;  // [B, L] bool, true = padding
+  Tensor labels;        // [B] int64, class indices
+};
+
 // Right-pads each sequence with pad_id. Sequences may be empty but the batch may not.
 PaddedBatch pad_batch(const std::vector<std::vector<std::int64_t>>& sequences,
                       const PadOptions& options = {});

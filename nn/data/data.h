@@ -1,8 +1,9 @@
 // Data utilities in one include: tokenizer, corpus loading, batching, masked LM, the resumable
-// loader and the ListOps task.
+// loader, the ListOps task and balanced brackets.
 #pragma once
 
 #include "nn/data/batching.h"
+#include "nn/data/brackets.h"
 #include "nn/data/data_rng.h"
 #include "nn/data/listops.h"
 #include "nn/data/listops_file.h"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/data/batching.h"
 
 namespace tinyformer::nn::data {
 
@@ -88,11 +89,8 @@ std::int64_t evaluate_listops(std::span<const std::uint8_t> tokens);
 std::vector<std::uint8_t> parse_listops(std::string_view expression);
 std::string format_listops(std::span<const std::uint8_t> tokens);
 
-struct ListOpsBatch {
-  Tensor tokens;        // [B, L] int64
-  Tensor padding_mask;  // [B, L] bool, true = padding
-  Tensor labels;        // [B] int64, values 0..9
-};
+// tokens [B, L] int64, padding_mask [B, L] bool (true = padding), labels [B] int64 values 0..9.
+using ListOpsBatch = ClassifierBatch;
 
 // The examples at `indices`, optionally after a [CLS] token, right-padded to `length` (0: the
 // longest of the batch). An example longer than `length` is an error unless truncate is set.

@@ -1,4 +1,4 @@
-// The masked-LM validation set and its loss.
+// The masked-LM validation set and its loss; a classifier's accuracy and loss.
 #include "nn/train/evaluate.h"
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "nn/distributed/distributed.h"
+#include "nn/metrics.h"
 
 namespace tinyformer::nn {
 
@@ -64,6 +65,39 @@ double mlm_validation_loss(MaskedLM& model, const MlmValidationSet& set, Device 
     total = sum.item<double>();
   }
   return total / static_cast<double>(set.targets);
+}
+
+ClassifierScore evaluate_classifier(SequenceClassifier& model,
+                                    const std::vector<data::ClassifierBatch>& batches,
+                                    Device device) {
+  NoGradGuard no_grad;
+  const bool training = model.is_training();
+  model.eval();  // no dropout
+  ClassifierScore score;
+  double correct = 0, total_loss = 0;
+  try {
+    for (const data::ClassifierBatch& b : batches) {
+      TF_CHECK(b.labels.defined() && b.labels.dim() == 1 && b.labels.dtype() == DType::int64,
+               "evaluate_classifier: expected int64 labels [B]");
+      for (const std::int64_t label : b.labels.to_vector<std::int64_t>()) {
+        TF_CHECK(label >= 0, "evaluate_classifier: expected class indices, got the label ", label);
+      }
+      const Tensor mask = b.padding_mask.defined() ? b.padding_mask.to(device) : Tensor();
+      const Tensor logits = model.forward(b.tokens.to(device), mask);  // [B, classes]
+      const Tensor labels = b.labels.to(device);
+      total_loss += cross_entropy(logits, labels, -100, Reduction::sum).item<double>();
+      correct += accuracy(logits, labels) * static_cast<double>(b.labels.size(0));
+      score.examples += b.labels.size(0);
+    }
+  } catch (...) {
+    if (training) model.train();
+    throw;
+  }
+  if (training) model.train();
+  TF_CHECK(score.examples > 0, "evaluate_classifier: the batches hold no example");
+  score.accuracy = correct / static_cast<double>(score.examples);
+  score.loss = total_loss / static_cast<double>(score.examples);
+  return score;
 }
 
 double next_token_loss(CausalLM& model, const data::TokenChunks& chunks, std::int64_t max_sequences,

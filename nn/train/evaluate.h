@@ -1,7 +1,8 @@
 // Evaluation for masked-LM training: a fixed validation set (the same sequences with the same
 // masks at every evaluation) and its mean loss, as train_mlm reports it and any program that
-// opens its checkpoint (examples/evaluate_checkpoint.cpp) recomputes it; and the next-token loss
-// of a causal LM, as train_causal_lm reports it.
+// opens its checkpoint (examples/evaluate_checkpoint.cpp) recomputes it; a classifier's accuracy
+// and mean loss over labelled batches; and the next-token loss of a causal LM, as
+// train_causal_lm reports it.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,19 @@ MlmValidationSet mlm_validation_set(const data::TokenChunks& chunks, std::int64_
 // by the order of the additions. It is then a collective: every process must call it.
 double mlm_validation_loss(MaskedLM& model, const MlmValidationSet& set, Device device,
                            bool split_over_processes = false);
+
+struct ClassifierScore {
+  double accuracy = 0;        // the fraction of examples whose argmax logit is their label
+  double loss = 0;            // the mean cross-entropy per example (nats)
+  std::int64_t examples = 0;  // the examples of all the batches
+};
+
+// `model`'s score on every example of `batches` (each moved to `device`; padding_mask may be
+// undefined), without dropout and without building a graph; the model's training or evaluation
+// mode is left as it was. Throws an Error for no examples, or a label outside the classes.
+ClassifierScore evaluate_classifier(SequenceClassifier& model,
+                                    const std::vector<data::ClassifierBatch>& batches,
+                                    Device device = Device::cpu());
 
 // Next-token evaluation for a causal language model: the mean cross-entropy (nats per token)
 // of predicting the last n tokens of each sequence of `chunks` (n + 1 tokens each) from the

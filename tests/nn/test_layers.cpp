@@ -55,21 +55,66 @@ TEST_CASE("LayerNorm, FeedForward, Embedding, position encodings: gradients") {
   CHECK_THROWS_WITH_AS(pos.forward(randn({1, 7, 3})), doctest::Contains("max_len"), Error);
 }
 
-TEST_CASE("Learned positions start at N(0, 0.1^2), or at the std given") {
+namespace {
+double sample_std(const Tensor& t) {
+  const auto v = t.to_vector<float>();
+  double s = 0, s2 = 0;
+  for (float x : v) s += x, s2 += static_cast<double>(x) * x;
+  const double n = static_cast<double>(v.size());
+  return std::sqrt(s2 / n - (s / n) * (s / n));
+}
+}  // namespace
+
+TEST_CASE("Learned positions start at N(0, 0.02^2), or at the std given") {
   manual_seed(11);
-  auto sample_std = [](const Tensor& t) {
-    const auto v = t.to_vector<float>();
-    double s = 0, s2 = 0;
-    for (float x : v) s += x, s2 += static_cast<double>(x) * x;
-    const double n = static_cast<double>(v.size());
-    return std::sqrt(s2 / n - (s / n) * (s / n));
-  };
   CHECK(sample_std(nn::LearnedPositionalEncoding(512, 64).weight) ==
-        doctest::Approx(0.1).epsilon(0.02));
-  CHECK(sample_std(nn::LearnedPositionalEncoding(512, 64, 0.02).weight) ==
         doctest::Approx(0.02).epsilon(0.02));
+  CHECK(sample_std(nn::LearnedPositionalEncoding(512, 64, 0.1).weight) ==
+        doctest::Approx(0.1).epsilon(0.02));
   CHECK_THROWS_WITH_AS(nn::LearnedPositionalEncoding(4, 4, -1.0),
                        doctest::Contains("non-negative std"), Error);
+}
+
+TEST_CASE("Every model takes its embeddings' starting scales from an InitConfig") {
+  manual_seed(12);
+  const nn::EncoderConfig config{
+      .layers = 1, .d_model = 64, .heads = 2, .d_ff = 64, .max_seq_len = 256};
+  const std::int64_t vocab = 300;
+  // The defaults: tokens and positions both at N(0, 0.02^2).
+  CHECK(nn::InitConfig{}.token_std == 0.02);
+  CHECK(nn::InitConfig{}.position_std == 0.02);
+  nn::SequenceClassifier classifier(config, vocab, 2);
+  CHECK(sample_std(classifier.body->learned_positions->weight) ==
+        doctest::Approx(0.02).epsilon(0.03));
+  CHECK(sample_std(classifier.body->token_embedding->weight) ==
+        doctest::Approx(0.02).epsilon(0.03));
+
+  const nn::InitConfig init{.token_std = 0.05, .position_std = 0.1};
+  auto check = [](const Tensor& tokens, const Tensor& positions) {
+    CHECK(sample_std(tokens) == doctest::Approx(0.05).epsilon(0.03));
+    CHECK(sample_std(positions) == doctest::Approx(0.1).epsilon(0.03));
+  };
+  nn::SequenceClassifier with_init(config, vocab, 2, nn::Pooling::mean,
+                                   nn::PositionEncoding::learned, init);
+  check(with_init.body->token_embedding->weight, with_init.body->learned_positions->weight);
+  nn::MaskedLM mlm(config, vocab, true, nn::PositionEncoding::learned, init);
+  check(mlm.body->token_embedding->weight, mlm.body->learned_positions->weight);
+  nn::CausalLM causal(config, vocab, init);
+  check(causal.token_embedding->weight, causal.positions->weight);
+  const nn::ModelDescription description{.kind = nn::ModelKind::sequence_classifier,
+                                         .encoder = config,
+                                         .vocabulary = {.size = vocab},
+                                         .classes = 3};
+  auto made = nn::make_model<nn::SequenceClassifier>(description, init);
+  check(made->body->token_embedding->weight, made->body->learned_positions->weight);
+
+  CHECK_THROWS_WITH_AS(
+      nn::SequenceClassifier(config, vocab, 2, nn::Pooling::mean, nn::PositionEncoding::learned,
+                             {.position_std = -0.1}),
+      doctest::Contains("TokenEncoder: expected a finite, non-negative position_std"), Error);
+  CHECK_THROWS_WITH_AS(nn::CausalLM(config, vocab, {.token_std = NAN}),
+                       doctest::Contains("CausalLM: expected a finite, non-negative token_std"),
+                       Error);
 }
 
 TEST_CASE("Sinusoidal position encoding values") {
