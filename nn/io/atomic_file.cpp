@@ -25,17 +25,6 @@ std::string errno_text(int error) {
   return std::strerror(error);
 }
 
-// What kind of file a stat describes, for messages.
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISLNK(mode)) return "a symbolic link";
-  return "not a regular file";
-}
-
 std::filesystem::path directory_of(const std::string& path) {
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   return dir.empty() ? std::filesystem::path(".") : dir;
@@ -74,6 +63,16 @@ void check_directory_writable(const std::string& file, const std::string& where)
 }
 
 }  // namespace
+
+const char* file_kind(unsigned mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
 
 std::string check_file_path(const std::string& path, bool for_saving, const std::string& where) {
   TF_CHECK(!path.empty(), where, ": an empty path");

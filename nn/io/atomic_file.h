@@ -67,4 +67,8 @@ class AtomicFile {
 void write_file_atomically(const std::string& path, std::string_view contents,
                            const std::string& where);
 
+// What kind of file a stat's st_mode describes, for messages: "a directory", "a FIFO", "a
+// character device", "a block device", "a socket", "a symbolic link" or "not a regular file".
+const char* file_kind(unsigned mode);
+
 }  // namespace tinyformer::nn

@@ -54,17 +54,6 @@ bool parse_hex64(const std::string& text, std::uint64_t& value) {
   return ec == std::errc() && end == text.data() + text.size();
 }
 
-// What kind of file a stat describes, for messages.
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISLNK(mode)) return "a symbolic link";
-  return "not a regular file";
-}
-
 // The safetensors name of every dtype we read and write (and the list an error message gives).
 constexpr std::pair<DType, const char*> kDTypeNames[] = {{DType::float32, "F32"},
                                                          {DType::float64, "F64"},
