@@ -5,6 +5,7 @@
 #   cmake -DTRAIN_CAUSAL_LM=<binary> -DEVALUATE=<binary> -DINSPECT=<binary>
 #         -DWORK_DIR=<scratch dir> -P causal_lm_checkpoint.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/tiny_corpus.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/training_log.cmake)
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 write_tiny_corpus(${WORK_DIR}/tiny.txt)
@@ -28,16 +29,6 @@ run(train_causal_lm ${TRAIN_CAUSAL_LM} ${args} --checkpoint ${WORK_DIR}/b.safete
 run(train_causal_lm ${TRAIN_CAUSAL_LM} ${args} --checkpoint ${WORK_DIR}/b.safetensors
   --log ${WORK_DIR}/b.csv --resume)
 
-# The log's columns up to the timings (step, epoch, loss, lr, grad_norm, val_loss, val_ppl).
-function(read_log path out)
-  file(STRINGS ${path} rows)
-  set(kept "")
-  foreach(row IN LISTS rows)
-    string(REGEX MATCH "^[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*," prefix "${row}")
-    list(APPEND kept "${prefix}")
-  endforeach()
-  set(${out} "${kept}" PARENT_SCOPE)
-endfunction()
 read_log(${WORK_DIR}/a.csv a)
 read_log(${WORK_DIR}/b.csv b)
 list(LENGTH a n)

@@ -5,6 +5,7 @@
 # With PRECISION=bf16 both runs train in mixed precision (the checkpoint holds the float32
 # masters), and their losses must differ from a float32 run's.
 include(${CMAKE_CURRENT_LIST_DIR}/tiny_corpus.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/training_log.cmake)
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 write_tiny_corpus(${WORK_DIR}/tiny.txt)
@@ -30,15 +31,6 @@ train(--checkpoint ${WORK_DIR}/b.safetensors --log ${WORK_DIR}/b.csv --resume)
 
 # The columns that must agree: step, epoch, loss, lr, grad_norm, val_loss, val_ppl (the last
 # two, throughput and time, differ between any two runs).
-function(read_log path out)
-  file(STRINGS ${path} rows)
-  set(kept "")
-  foreach(row IN LISTS rows)
-    string(REGEX MATCH "^[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*," prefix "${row}")
-    list(APPEND kept "${prefix}")
-  endforeach()
-  set(${out} "${kept}" PARENT_SCOPE)
-endfunction()
 read_log(${WORK_DIR}/a.csv a)
 read_log(${WORK_DIR}/b.csv b)
 list(LENGTH a n)
