@@ -1,5 +1,12 @@
-// Fused attention: forward and backward side by side.
+// Fused attention: forward and backward side by side, on two kernels.
 //
+// Memory-efficient (the default; ops flash_attention and flash_attention_backward): the backend
+// computes O and one log-sum-exp per query row, lse, over blocks of keys, and the backward
+// recomputes P = exp(S - lse) block by block from the saved query, key, value, O and lse. Nothing
+// of size [..., n, m] is kept or allocated. Dropout reserves one counter per score, as the
+// materialized path's mask would, and the kernels draw each element's keep from its coordinates.
+//
+// Materialized:
 //   S = (query * scale) key^T    [..., n, m]    scale = 1 / sqrt(d); query (key * scale)^T
 //                                where m < n (Linformer's k rows against n queries)
 //   S = -inf where excluded      (excluded_mask, and j > i when causal)
@@ -89,6 +96,16 @@ void check_attention_inputs(const char* op, const Tensor& query, const Tensor& k
            shape_str(excluded_mask.shape()));
 }
 
+const char* attention_kernel_name(AttentionKernel kernel) {
+  return kernel == AttentionKernel::memory_efficient ? "memory_efficient" : "materialized";
+}
+
+AttentionKernel parse_attention_kernel(const std::string& name) {
+  if (name == "memory_efficient") return AttentionKernel::memory_efficient;
+  if (name == "materialized") return AttentionKernel::materialized;
+  fail("attention kernel: expected memory_efficient or materialized, got '", name, "'");
+}
+
 namespace {
 // t * scale, laid out like t when t is a permuted view of a dense buffer (attention's heads):
 // the product runs over the buffer in memory order as one stream, where a contiguous result
@@ -161,6 +178,35 @@ Tensor attention_op(const Tensor& query, const Tensor& key, const Tensor& value,
                   return std::vector<Tensor>{d_query, d_key, d_value};
                 });
 }
+// The flash_attention and flash_attention_backward ops (core/ops.def) as one graph node.
+Tensor flash_attention_op(const Tensor& query, const Tensor& key, const Tensor& value,
+                          const Tensor& excluded_mask, bool causal, double scale,
+                          const AttentionDropout& dropout) {
+  const Tensor q = gemm_rows(query), k = gemm_rows(key), v = gemm_rows(value);
+  Shape scores = q.shape();
+  scores.back() = k.size(-2);
+  Shape rows(q.shape().begin(), q.shape().end() - 1);
+  const Tensor out = empty_like_rows(q, q.size(-2), v.size(-1));
+  const Tensor lse = empty(rows, {.dtype = q.dtype(), .device = q.device()});
+  const Tensor mask =
+      excluded_mask.defined() ? raw::expand(excluded_mask, scores, "fused_attention") : Tensor{};
+  backend(q.device()).flash_attention(q, k, v, mask, causal, scale, dropout, out, lse);
+  Tensor saved_query = save(q), saved_key = save(k), saved_value = save(v), saved_out = save(out);
+  return record("fused_attention", out, {query, key, value},
+                [saved_query, saved_key, saved_value, saved_out, lse, mask, causal, scale,
+                 dropout](const Tensor& g) {
+                  const Tensor grad = gemm_rows(g);
+                  const std::int64_t n = saved_query.size(-2), m = saved_key.size(-2);
+                  const Tensor d_query = empty_like_rows(saved_query, n, saved_query.size(-1));
+                  const Tensor d_key = empty_like_rows(saved_key, m, saved_key.size(-1));
+                  const Tensor d_value = empty_like_rows(saved_value, m, saved_value.size(-1));
+                  backend(grad.device())
+                      .flash_attention_backward(grad, saved_query, saved_key, saved_value,
+                                                saved_out, lse, mask, causal, scale, dropout,
+                                                d_query, d_key, d_value);
+                  return std::vector<Tensor>{d_query, d_key, d_value};
+                });
+}
 }  // namespace
 
 Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -172,6 +218,18 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
   const std::int64_t n = query.size(-2), m = key.size(-2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
   const bool use_dropout = options.training && options.dropout > 0;
+  if (options.kernel == AttentionKernel::memory_efficient && options.probs == nullptr &&
+      backend(query.device()).supports(Op::flash_attention, query.dtype())) {
+    AttentionDropout dropout;
+    if (use_dropout) {
+      Generator& gen = options.generator ? *options.generator : default_generator();
+      Shape scores = query.shape();
+      scores.back() = m;
+      const auto [seed, offset] = gen.reserve(static_cast<std::uint64_t>(shape_numel(scores)));
+      dropout = attention_dropout(options.dropout, seed, offset);
+    }
+    return flash_attention_op(query, key, value, excluded_mask, options.causal, scale, dropout);
+  }
   const bool bfloat16_p =
       autocast_dtype() == DType::bfloat16 && query.dtype() == DType::float32 && !use_dropout;
   // The fused ops' float32 products are exact: under a faster matmul precision (tf32, bf16) the

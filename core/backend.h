@@ -14,6 +14,7 @@
 #include "core/allocator.h"
 #include "core/collectives.h"
 #include "core/ops.h"
+#include "core/softmax_math.h"
 #include "core/tensor.h"
 
 namespace tinyformer {

@@ -494,6 +494,73 @@ AttentionShape check_attention_backward_args(const Tensor& grad, const Tensor& q
   return s;
 }
 
+namespace {
+void check_excluded_mask(const char* op, const Tensor& excluded_mask, const AttentionShape& s,
+                         Device device) {
+  if (!excluded_mask.defined()) return;
+  Shape scores = s.batch;
+  scores.push_back(s.n);
+  scores.push_back(s.m);
+  TF_CHECK(excluded_mask.dtype() == DType::boolean && excluded_mask.shape() == scores, op,
+           ": expected excluded_mask of dtype bool and shape ", shape_str(scores),
+           " (a broadcast mask expanded to the scores), got ", excluded_mask.dtype(), " ",
+           shape_str(excluded_mask.shape()));
+  check_device(excluded_mask, op, "excluded_mask", device);
+}
+
+void check_lse(const char* op, const Tensor& lse, const AttentionShape& s, DType dtype,
+               Device device) {
+  Shape rows = s.batch;
+  rows.push_back(s.n);
+  check_operand(lse, op, "lse", rows, dtype, device);
+}
+
+void check_dropout(const char* op, const AttentionDropout& dropout) {
+  TF_CHECK(dropout.p >= 0.0 && dropout.p <= 1.0, op,
+           ": expected a dropout probability in [0, 1], got ", dropout.p);
+}
+}  // namespace
+
+AttentionShape check_flash_attention_args(const Tensor& query, const Tensor& key,
+                                          const Tensor& value, const Tensor& excluded_mask,
+                                          double scale, const AttentionDropout& dropout,
+                                          const Tensor& out, const Tensor& lse,
+                                          const Backend& backend) {
+  const char* op = "flash_attention";
+  const AttentionShape s =
+      check_attention_operands(op, Op::flash_attention, query, key, value, scale, backend);
+  check_excluded_mask(op, excluded_mask, s, query.device());
+  check_dropout(op, dropout);
+  check_attention_matrix(out, op, "out", s.batch, s.n, s.dv, query.dtype(), query.device(), true);
+  check_lse(op, lse, s, query.dtype(), query.device());
+  check_attention_apart(op, {{&out, "out"}, {&lse, "lse"}}, {&query, &key, &value, &excluded_mask});
+  return s;
+}
+
+AttentionShape check_flash_attention_backward_args(
+    const Tensor& grad, const Tensor& query, const Tensor& key, const Tensor& value,
+    const Tensor& out, const Tensor& lse, const Tensor& excluded_mask, double scale,
+    const AttentionDropout& dropout, const Tensor& grad_query, const Tensor& grad_key,
+    const Tensor& grad_value, const Backend& backend) {
+  const char* op = "flash_attention_backward";
+  const AttentionShape s =
+      check_attention_operands(op, Op::flash_attention_backward, query, key, value, scale, backend);
+  const DType dtype = query.dtype();
+  const Device device = query.device();
+  check_excluded_mask(op, excluded_mask, s, device);
+  check_dropout(op, dropout);
+  check_attention_matrix(grad, op, "grad", s.batch, s.n, s.dv, dtype, device, false);
+  check_attention_matrix(out, op, "out", s.batch, s.n, s.dv, dtype, device, false);
+  check_lse(op, lse, s, dtype, device);
+  check_attention_matrix(grad_query, op, "grad_query", s.batch, s.n, s.d, dtype, device, true);
+  check_attention_matrix(grad_key, op, "grad_key", s.batch, s.m, s.d, dtype, device, true);
+  check_attention_matrix(grad_value, op, "grad_value", s.batch, s.m, s.dv, dtype, device, true);
+  check_attention_apart(
+      op, {{&grad_query, "grad_query"}, {&grad_key, "grad_key"}, {&grad_value, "grad_value"}},
+      {&grad, &query, &key, &value, &out, &lse, &excluded_mask});
+  return s;
+}
+
 std::vector<std::int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
   std::int64_t count = 1;
   for (std::int64_t b : batch) count *= b;

@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/ops.h"
 #include "core/shape.h"
+#include "core/softmax_math.h"
 #include "core/tensor.h"
 
 namespace tinyformer {
@@ -74,6 +75,18 @@ AttentionShape check_attention_backward_args(const Tensor& grad, const Tensor& q
                                              const Tensor& probs, double scale,
                                              const Tensor& grad_query, const Tensor& grad_key,
                                              const Tensor& grad_value, const Backend& backend);
+// flash_attention and flash_attention_backward (core/ops.def): attention's checks, with lse
+// [..., n] contiguous in the query's dtype in place of probs, and a dropout probability in [0, 1].
+AttentionShape check_flash_attention_args(const Tensor& query, const Tensor& key,
+                                          const Tensor& value, const Tensor& excluded_mask,
+                                          double scale, const AttentionDropout& dropout,
+                                          const Tensor& out, const Tensor& lse,
+                                          const Backend& backend);
+AttentionShape check_flash_attention_backward_args(
+    const Tensor& grad, const Tensor& query, const Tensor& key, const Tensor& value,
+    const Tensor& out, const Tensor& lse, const Tensor& excluded_mask, double scale,
+    const AttentionDropout& dropout, const Tensor& grad_query, const Tensor& grad_key,
+    const Tensor& grad_value, const Backend& backend);
 // The element offset of each matrix of t (whose leading dims are `batch`) from t's data, in
 // row-major order of the batch index.
 std::vector<std::int64_t> batch_offsets(const Tensor& t, const Shape& batch);

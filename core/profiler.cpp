@@ -179,6 +179,22 @@ Detail detail_of(const A&... args) {
     const Tensor& probs = std::get<4>(t);
     d.flops = 4.0 * static_cast<double>(probs.numel()) *
               static_cast<double>(query.size(-1) + value.size(-1));
+  } else if constexpr (op == Op::flash_attention) {
+    // attention's two products over the [..., n, m] scores, which are never stored.
+    const Tensor& query = std::get<0>(t);
+    const Tensor& key = std::get<1>(t);
+    const Tensor& value = std::get<2>(t);
+    d.flops = 2.0 * static_cast<double>(query.numel() / std::max<std::int64_t>(query.size(-1), 1)) *
+              static_cast<double>(key.size(-2)) *
+              static_cast<double>(query.size(-1) + value.size(-1));
+  } else if constexpr (op == Op::flash_attention_backward) {
+    // The scores recomputed (d), dP (dv), grad_value (dv), grad_query and grad_key (d each).
+    const Tensor& query = std::get<1>(t);
+    const Tensor& key = std::get<2>(t);
+    const Tensor& value = std::get<3>(t);
+    d.flops = 2.0 * static_cast<double>(query.numel() / std::max<std::int64_t>(query.size(-1), 1)) *
+              static_cast<double>(key.size(-2)) *
+              static_cast<double>(3 * query.size(-1) + 2 * value.size(-1));
   } else if constexpr (op == Op::copy) {
     // By shape: the source's shape and strides, which tell a layout change (a transpose made
     // contiguous) from a plain copy.

@@ -55,12 +55,23 @@ Tensor Attention::attend(const Tensor& query, const Tensor& key, const Tensor& v
                           {.causal = causal,
                            .dropout = dropout_,
                            .training = is_training(),
-                           .probs = keep_ ? &probs : nullptr});
+                           .probs = keep_ ? &probs : nullptr,
+                           .kernel = kernel_});
   } else {
     out = functional::attention(query, key, value, excluded_mask, causal, &probs);
   }
   last_attention_ = keep_ && probs.defined() ? probs.detach() : Tensor();
   return out;
+}
+
+std::int64_t set_attention_kernel(Module& model, AttentionKernel kernel) {
+  std::int64_t count = 0;
+  if (auto* attention = dynamic_cast<Attention*>(&model)) {
+    attention->set_kernel(kernel);
+    ++count;
+  }
+  for (const auto& child : model.children()) count += set_attention_kernel(*child, kernel);
+  return count;
 }
 
 MultiHeadAttention::MultiHeadAttention(std::int64_t d_model, std::int64_t heads, double dropout,

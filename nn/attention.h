@@ -8,6 +8,7 @@
 #include <memory>
 #include <utility>
 
+#include "autograd/attention.h"
 #include "nn/linear.h"
 #include "nn/module.h"
 #include "nn/projection.h"
@@ -26,6 +27,12 @@ class Attention : public Module {
   const Tensor& last_attention() const { return last_attention_; }
   // Use the fused attention op (true) or the textbook composition (false).
   void set_fused(bool on) { fused_ = on; }
+  // The fused op's kernel (autograd/attention.h): memory_efficient (the default) keeps no
+  // [B, H, n, m] probabilities; materialized keeps them for the backward. keep_attention(true)
+  // materializes them whatever this says. The math is the same, so the choice is not saved with
+  // a model.
+  void set_kernel(AttentionKernel kernel) { kernel_ = kernel; }
+  AttentionKernel kernel() const { return kernel_; }
 
   std::int64_t heads() const { return heads_; }
   std::int64_t head_dim() const { return head_dim_; }
@@ -46,6 +53,7 @@ class Attention : public Module {
   std::int64_t d_model_, heads_, head_dim_;
   double dropout_;
   bool fused_;
+  AttentionKernel kernel_ = AttentionKernel::memory_efficient;
   bool keep_ = false;
   Tensor last_attention_;
 };
@@ -106,5 +114,9 @@ class LinformerAttention : public Attention {
 
   std::shared_ptr<Projection> key_projection, value_projection;
 };
+
+// Sets the kernel of every attention layer (Attention) in `model` and its descendants; returns
+// how many it set.
+std::int64_t set_attention_kernel(Module& model, AttentionKernel kernel);
 
 }  // namespace tinyformer::nn

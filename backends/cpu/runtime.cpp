@@ -144,6 +144,8 @@ bool CpuBackend::supports(Op op, DType dtype) const {
     case Op::linear_backward_epilogue:
     case Op::attention:
     case Op::attention_backward:
+    case Op::flash_attention:
+    case Op::flash_attention_backward:
     case Op::softmax:
     case Op::softmax_backward:
     case Op::layer_norm:

@@ -98,6 +98,8 @@ bool CudaBackend::supports(Op op, DType dtype) const {
       return floating;
     case Op::attention:
     case Op::attention_backward:
+    case Op::flash_attention:
+    case Op::flash_attention_backward:
     case Op::adamw_step:
     case Op::sum_squares:
       return dtype == DType::float32 || dtype == DType::float64;

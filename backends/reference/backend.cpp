@@ -74,6 +74,8 @@ bool ReferenceBackend::supports(Op op, DType dtype) const {
       return is_floating(dtype) || dtype == DType::int64;
     case Op::attention:
     case Op::attention_backward:
+    case Op::flash_attention:
+    case Op::flash_attention_backward:
       return dtype == DType::float32 || dtype == DType::float64;
     default:
       return is_floating(dtype);

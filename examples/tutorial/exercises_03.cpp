@@ -100,7 +100,8 @@ void temperature_gradient() {
 }
 
 // Exercise 3.3: the memory a forward leaves for the backward. The composition's graph keeps the
-// scores, their exponentials and P (several [n, m] tensors); the fused op keeps P alone.
+// scores, their exponentials and P (several [n, m] tensors); the fused op on its materialized
+// kernel keeps P alone, and on its memory-efficient kernel (the default) none of them.
 void what_the_backward_keeps() {
   std::printf("Exercise 3.3: what each forward keeps for the backward\n");
   const auto like = TensorOptions{.requires_grad = true};
@@ -113,7 +114,9 @@ void what_the_backward_keeps() {
     const Tensor out = attention();  // the graph stays alive with `out`
     return static_cast<double>(memory_stats().current_bytes - before) / p_bytes;
   };
-  const double fused = kept([&] { return fused_attention(q, k, v); });
+  const double fused =
+      kept([&] { return fused_attention(q, k, v, {}, {.kernel = AttentionKernel::materialized}); });
+  const double efficient = kept([&] { return fused_attention(q, k, v); });
   const double composed = kept([&] { return nn::functional::attention(q, k, v); });
   std::printf(
       "  kept after the forward, in units of one [B, H, n, n] tensor: fused %.2f, "
@@ -121,6 +124,8 @@ void what_the_backward_keeps() {
       fused, composed);
   check(fused > 0.9 && fused < 1.5, "3.3 the fused op keeps about one n x n tensor: P");
   check(composed > fused + 0.9, "3.3 the composition keeps at least one n x n tensor more");
+  std::printf("  the memory-efficient kernel (the default) keeps %.2f of one\n", efficient);
+  check(efficient < 0.1, "3.3 the memory-efficient kernel keeps no n x n tensor");
 }
 
 }  // namespace

@@ -17,9 +17,9 @@ double kept_bytes(Run&& run) {
   return static_cast<double>(memory_stats().current_bytes - before);
 }
 
-// Exercise 9.1: predict what a forward keeps for the backward. fused_attention keeps P
-// [B, H, n, m] and returns [B, H, n, d]; Linformer's attention also keeps its k summary rows of
-// keys and values, [B, H, k, d] each, with m = k.
+// Exercise 9.1: predict what a forward keeps for the backward. fused_attention on its
+// materialized kernel keeps P [B, H, n, m] and returns [B, H, n, d]; Linformer's attention also
+// keeps its k summary rows of keys and values, [B, H, k, d] each, with m = k.
 void predict_memory() {
   std::printf("Exercise 9.1: the memory a forward keeps, from the shapes\n");
   const std::int64_t b = 2, h = 4, n = 512, d = 16, k = 32;
@@ -27,14 +27,22 @@ void predict_memory() {
   const Tensor q = randn({b, h, n, d}, like), key = randn({b, h, n, d}, like),
                value = randn({b, h, n, d}, like);
   const Tensor e = randn({k, n}) / std::sqrt(static_cast<double>(n));
-  const double full = kept_bytes([&] { return fused_attention(q, key, value); });
-  const double linformer =
-      kept_bytes([&] { return fused_attention(q, matmul(e, key), matmul(e, value)); });
+  const AttentionOptions materialized{.kernel = AttentionKernel::materialized};
+  const double full = kept_bytes([&] { return fused_attention(q, key, value, {}, materialized); });
+  const double linformer = kept_bytes(
+      [&] { return fused_attention(q, matmul(e, key), matmul(e, value), {}, materialized); });
+  // The memory-efficient kernel (the default) keeps the output and one log-sum-exp per row.
+  const double efficient = kept_bytes([&] { return fused_attention(q, key, value); });
+  const double efficient_predicted = 4.0 * (b * h * n * d + b * h * n);
   const double full_predicted = 4.0 * (b * h * n * n + b * h * n * d);
   const double linformer_predicted = 4.0 * (b * h * n * k + b * h * n * d + 2 * b * h * k * d);
   std::printf("  full attention: kept %.0f bytes, predicted %.0f\n", full, full_predicted);
   std::printf("  Linformer:      kept %.0f bytes, predicted %.0f\n", linformer,
               linformer_predicted);
+  std::printf("  full attention, memory-efficient kernel: kept %.0f bytes, predicted %.0f\n",
+              efficient, efficient_predicted);
+  check(std::abs(efficient / efficient_predicted - 1) < 0.05,
+        "9.1 the memory-efficient kernel keeps the output and lse: B H (n d + n) floats");
   check(std::abs(full / full_predicted - 1) < 0.05,
         "9.1 full attention keeps P and the output: B H (n^2 + n d) floats (within 5%)");
   check(std::abs(linformer / linformer_predicted - 1) < 0.05,
@@ -63,6 +71,9 @@ void break_even() {
         .k = k, .max_seq_len = std::max(n, k), .head_dim = d_model / heads};
     nn::LinformerAttention linformer(d_model, heads, nn::make_projection("linear", spec),
                                      nn::make_projection("linear", spec));
+    // Both on the materialized kernel: the textbook comparison, P against P'.
+    full.set_kernel(AttentionKernel::materialized);
+    linformer.set_kernel(AttentionKernel::materialized);
     const double full_mb = peak(full), linformer_mb = peak(linformer);
     std::printf("  n = %4lld: full %7.3f MB, Linformer %7.3f MB\n", static_cast<long long>(n),
                 full_mb, linformer_mb);

@@ -290,9 +290,9 @@ TEST_CASE("autocast: fused attention's products, forward and backward, in bfloat
 }
 
 TEST_CASE("autocast: fused attention rounds no [n, m] tensor in a pass of its own") {
-  // Under bfloat16 autocast, P and dS are written in bfloat16 by softmax and its backward: no
-  // copy of a scores-sized tensor runs, forward or backward (the query, key, value and the
-  // incoming gradient, [n, d] and [m, d] tensors, are rounded for the products).
+  // On the materialized kernel under bfloat16 autocast, P and dS are written in bfloat16 by softmax
+  // and its backward: no copy of a scores-sized tensor runs, forward or backward (the query, key,
+  // value and the incoming gradient, [n, d] and [m, d] tensors, are rounded for the products).
   manual_seed(12);
   const std::int64_t n = 48, m = 40, d = 8;
   const Tensor q = randn32({2, 3, n, d}).requires_grad_(),
@@ -301,7 +301,7 @@ TEST_CASE("autocast: fused attention rounds no [n, m] tensor in a pass of its ow
   const Profiler profiler(true);
   {
     const AutocastGuard guard(DType::bfloat16);
-    sum(fused_attention(q, k, v, Tensor(), {})).backward();
+    sum(fused_attention(q, k, v, Tensor(), {.kernel = AttentionKernel::materialized})).backward();
   }
   // Without bfloat16 product kernels (oneDNN capped below AVX-512) the products widen their
   // bfloat16 operands, P and dS among them: that fallback's copies are not counted.

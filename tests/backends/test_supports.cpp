@@ -59,6 +59,13 @@ void run_op(Backend& b, Op op, DType dtype, Device device) {
       return b.attention_backward(t({2, 3, 2}), t({2, 3, 4}), t({2, 5, 4}), t({2, 5, 2}),
                                   t({2, 3, 5}), true, 0.5, t({2, 3, 4}), t({2, 5, 4}),
                                   t({2, 5, 2}));
+    case Op::flash_attention:
+      return b.flash_attention(t({2, 3, 4}), t({2, 5, 4}), t({2, 5, 2}), Tensor(), true, 0.5,
+                               AttentionDropout{}, t({2, 3, 2}), t({2, 3}));
+    case Op::flash_attention_backward:
+      return b.flash_attention_backward(
+          t({2, 3, 2}), t({2, 3, 4}), t({2, 5, 4}), t({2, 5, 2}), t({2, 3, 2}), t({2, 3}), Tensor(),
+          true, 0.5, AttentionDropout{}, t({2, 3, 4}), t({2, 5, 4}), t({2, 5, 2}));
     case Op::softmax:
       return b.softmax(t({2, 3}), false, t({2, 3}));
     case Op::softmax_backward:

@@ -266,9 +266,11 @@ TEST_CASE("a projection factory that returns another k than asked is refused, na
       Error);
 }
 
-TEST_CASE("activation memory: quadratic in n for full attention, linear for Linformer") {
+TEST_CASE(
+    "activation memory: quadratic in n for materialized full attention, linear for the "
+    "memory-efficient kernel and Linformer") {
   // One layer, forward + backward; the peak of live tensor bytes above the baseline.
-  auto peak_for = [](nn::AttentionKind kind, std::int64_t n) {
+  auto peak_for = [](nn::AttentionKind kind, AttentionKernel kernel, std::int64_t n) {
     manual_seed(31);
     nn::TransformerEncoder enc({.layers = 1,
                                 .d_model = 16,
@@ -278,20 +280,24 @@ TEST_CASE("activation memory: quadratic in n for full attention, linear for Linf
                                 .dropout = 0.0,
                                 .attention = kind,
                                 .linformer = {.k = 32, .sharing = nn::Sharing::layerwise}});
+    CHECK(nn::set_attention_kernel(enc, kernel) == 1);
     Tensor x = randn({2, n, 16}, {.requires_grad = true});
     const auto base = memory_stats().current_bytes;
     reset_peak_memory();
     sum(enc.forward(x)).backward();
     return static_cast<double>(memory_stats().peak_bytes - base);
   };
-  const double full_ratio =
-      peak_for(nn::AttentionKind::full, 1024) / peak_for(nn::AttentionKind::full, 512);
-  const double lin_ratio =
-      peak_for(nn::AttentionKind::linformer, 1024) / peak_for(nn::AttentionKind::linformer, 512);
-  MESSAGE("peak memory growth from n=512 to 1024: full ", full_ratio, "x, Linformer ", lin_ratio,
-          "x");
-  CHECK(full_ratio > 3.0);
-  CHECK(lin_ratio < 2.3);
+  const auto growth = [&](nn::AttentionKind kind, AttentionKernel kernel) {
+    return peak_for(kind, kernel, 1024) / peak_for(kind, kernel, 512);
+  };
+  const double materialized = growth(nn::AttentionKind::full, AttentionKernel::materialized);
+  const double efficient = growth(nn::AttentionKind::full, AttentionKernel::memory_efficient);
+  const double linformer = growth(nn::AttentionKind::linformer, AttentionKernel::memory_efficient);
+  MESSAGE("peak memory growth from n=512 to 1024: full materialized ", materialized,
+          "x, full memory-efficient ", efficient, "x, Linformer ", linformer, "x");
+  CHECK(materialized > 3.0);
+  CHECK(efficient < 2.3);
+  CHECK(linformer < 2.3);
 }
 
 TEST_CASE("EncoderConfig takes dropouts in [0, 1]: 1 drops every residual branch in training") {

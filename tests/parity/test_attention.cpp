@@ -3,7 +3,9 @@
 // rows and key columns; the query as heads (a [B, H, n, d] view of a [B, n, H, d] buffer), keys
 // contiguous, values as rows of a wider matrix; no mask, a key-padding mask expanded to the
 // scores, a full random mask and the causal rule; empty sizes; rows with every key excluded
-// (NaN); bad input.
+// (NaN); bad input. The memory-efficient ops (flash_attention and flash_attention_backward) on
+// the same cases, with dropout, past the CPU kernel's tiles (128 query rows, 256 keys), one
+// matrix per item (8 or more matrices) and the two passes of fewer.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -20,6 +22,8 @@ using namespace tinyformer::parity;
 
 TF_PARITY_COVERS(attention);
 TF_PARITY_COVERS(attention_backward);
+TF_PARITY_COVERS(flash_attention);
+TF_PARITY_COVERS(flash_attention_backward);
 
 struct Sizes {
   std::int64_t n, m, d, dv;
@@ -193,6 +197,160 @@ TEST_CASE("parity: attention with empty sizes and rows that exclude every key") 
     // m = 1 with a full mask at 30%: some rows exclude their one key and are NaN on both sides.
     check_case({4}, {9, 1, 3, 2}, dtype, MaskKind::full, false, 9);
   }
+}
+
+// flash_attention and its backward on one case, both backends, with dropout probability p
+// (the same counters on both: seed 11, offset 5). The backward also where rows are NaN: every
+// gradient they reach is NaN on both sides, which check_close compares as equal.
+void check_flash_case(const Shape& batch, const Sizes& s, DType dtype, MaskKind mask_kind,
+                      bool causal, double p, std::uint64_t seed) {
+  const std::string what = std::string("flash ") + what_of(batch, s, dtype, mask_kind, causal) +
+                           ", dropout " + std::to_string(p);
+  CAPTURE(what);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(std::max<std::int64_t>(s.d, 1)));
+  const AttentionDropout dropout = attention_dropout(p, 11, 5);
+  const Pair q = make_query(batch, s.n, s.d, dtype, seed);
+  const Pair k = make_pair(with(batch, s.m, s.d), dtype, Layout::contiguous, seed + 1);
+  const Pair v = make_value(batch, s.m, s.dv, dtype, seed + 2);
+  const Pair mask = make_mask(mask_kind, batch, s.n, s.m, seed + 3);
+  Shape rows = batch;
+  rows.push_back(s.n);
+  Pair lse = make_output(rows, dtype);
+  Pair out = make_output(with(batch, s.n, s.dv), dtype);
+  dev().flash_attention(q.dev, k.dev, v.dev, mask.dev, causal, scale, dropout, out.dev, lse.dev);
+  ref().flash_attention(q.ref, k.ref, v.ref, mask.ref, causal, scale, dropout, out.ref, lse.ref);
+  check_close(lse, what + ": lse", rtol_of(dtype), atol_of(dtype));
+  check_close(out, what + ": out", rtol_of(dtype), atol_of(dtype));
+
+  bool nan_row = false;
+  for (double l : raw::to_dtype(lse.ref, DType::float64).to_vector<double>()) {
+    nan_row = nan_row || std::isnan(l);
+  }
+  if (nan_row) return;
+  const Pair g = make_query(batch, s.n, s.dv, dtype, seed + 4);
+  Pair gq = make_output(with(batch, s.n, s.d), dtype);
+  Pair gk = make_output(with(batch, s.m, s.d), dtype);
+  Pair gv = make_output(with(batch, s.m, s.dv), dtype);
+  // Both backends read the reference's out and lse: the gradients then depend on their own
+  // arithmetic only.
+  const Tensor out_dev = to_dev(out.ref), lse_dev = to_dev(lse.ref);
+  dev().flash_attention_backward(g.dev, q.dev, k.dev, v.dev, out_dev, lse_dev, mask.dev, causal,
+                                 scale, dropout, gq.dev, gk.dev, gv.dev);
+  ref().flash_attention_backward(g.ref, q.ref, k.ref, v.ref, out.ref, lse.ref, mask.ref, causal,
+                                 scale, dropout, gq.ref, gk.ref, gv.ref);
+  check_close(gq, what + ": grad_query", rtol_of(dtype), atol_of(dtype));
+  check_close(gk, what + ": grad_key", rtol_of(dtype), atol_of(dtype));
+  check_close(gv, what + ": grad_value", rtol_of(dtype), atol_of(dtype));
+}
+
+TEST_CASE("parity: attention, memory-efficient (flash_attention and its backward)") {
+  if (!available()) return;
+  // n = 1, k > n, odd sizes, and n, m past the CPU kernel's tiles (128 rows, 256 keys).
+  const Sizes sizes[] = {{1, 1, 1, 1}, {5, 7, 4, 3}, {33, 17, 8, 8}, {130, 300, 16, 9}};
+  // Fewer than 8 matrices: the CPU backward's two passes; 8 or more: a matrix per item.
+  const std::vector<Shape> batches = {{}, {2, 3}, {2, 4}};
+  std::uint64_t seed = 700;
+  for (DType dtype : supported({DType::float32, DType::float64})) {
+    for (const Shape& batch : batches) {
+      for (const Sizes& s : sizes) {
+        if (batch.size() == 2 && batch[1] == 4 && s.m == 300 && dtype == DType::float64) continue;
+        for (MaskKind mask : {MaskKind::none, MaskKind::padding, MaskKind::full}) {
+          for (bool causal : {false, true}) {
+            check_flash_case(batch, s, dtype, mask, causal, 0.0, seed += 5);
+          }
+        }
+        check_flash_case(batch, s, dtype, MaskKind::padding, false, 0.25, seed += 5);
+        check_flash_case(batch, s, dtype, MaskKind::none, true, 0.5, seed += 5);
+      }
+    }
+    // Past a tile of rows and of keys, causal: tiles the rule skips on either side.
+    check_flash_case({2}, {300, 520, 8, 5}, dtype, MaskKind::none, true, 0.0, seed += 5);
+    check_flash_case({8}, {260, 270, 8, 5}, dtype, MaskKind::padding, true, 0.1, seed += 5);
+  }
+}
+
+TEST_CASE("parity: attention, memory-efficient, with empty sizes and rows that exclude every key") {
+  if (!available()) return;
+  for (DType dtype : supported({DType::float32, DType::float64})) {
+    for (const Sizes& s :
+         {Sizes{0, 4, 3, 2}, Sizes{3, 0, 3, 2}, Sizes{3, 4, 0, 2}, Sizes{3, 4, 3, 0}}) {
+      check_flash_case({2}, s, dtype, MaskKind::none, false, 0.0, 7);
+      check_flash_case({2}, s, dtype, MaskKind::none, true, 0.3, 7);
+    }
+    check_flash_case({0, 2}, {3, 4, 3, 2}, dtype, MaskKind::none, false, 0.0, 8);
+    check_flash_case({4}, {9, 1, 3, 2}, dtype, MaskKind::full, false, 0.0, 9);
+    // Every element dropped (p = 1): out and the gradients of key and value are 0.
+    check_flash_case({3}, {6, 5, 4, 3}, dtype, MaskKind::padding, false, 1.0, 10);
+  }
+}
+
+TEST_CASE("parity: attention, memory-efficient: bad input is an Error naming the op") {
+  if (!available() || !supports(DType::float32)) return;
+  const auto on_dev = [](const Shape& shape, DType dtype = DType::float32) {
+    return empty(shape, {.dtype = dtype, .device = device()});
+  };
+  const auto fails = [](const std::string& op, auto&& call, const std::string& part) {
+    const std::string msg = error_of(call);
+    INFO(msg);
+    CHECK(msg.find(op) != std::string::npos);
+    CHECK(msg.find(part) != std::string::npos);
+  };
+  const Tensor q = on_dev({2, 3, 4}), k = on_dev({2, 5, 4}), v = on_dev({2, 5, 6});
+  const Tensor lse = on_dev({2, 3}), out = on_dev({2, 3, 6});
+  const AttentionDropout none;
+  const std::string op = "flash_attention";
+  fails(
+      op,
+      [&] {
+        dev().flash_attention(q, k, v, {}, false, 0.5, none, out, on_dev({2, 4}));
+      },
+      "lse of shape [2, 3]");
+  fails(
+      op,
+      [&] {
+        dev().flash_attention(q, k, v, {}, false, 0.5, none, on_dev({2, 3, 5}), lse);
+      },
+      "out of shape [2, 3, 6]");
+  fails(
+      op,
+      [&] {
+        dev().flash_attention(q, k, v, {}, false, 0.5, attention_dropout(1.5, 0, 0), out, lse);
+      },
+      "dropout probability in [0, 1]");
+  fails(
+      op,
+      [&] {
+        dev().flash_attention(q, k, v, on_dev({2, 3, 5}), false, 0.5, none, out, lse);
+      },
+      "excluded_mask of dtype bool");
+  fails(
+      op, [&] { dev().flash_attention(q, k, v, {}, false, 0.5, none, out, q.narrow(2, 0, 3)); },
+      "lse");
+  const std::string bop = "flash_attention_backward";
+  const Tensor g = on_dev({2, 3, 6}), gq = on_dev({2, 3, 4}), gk = on_dev({2, 5, 4}),
+               gv = on_dev({2, 5, 6});
+  fails(
+      bop,
+      [&] {
+        dev().flash_attention_backward(g, q, k, v, out, on_dev({3, 2}), {}, false, 0.5, none, gq,
+                                       gk, gv);
+      },
+      "lse of shape [2, 3]");
+  fails(
+      bop,
+      [&] {
+        dev().flash_attention_backward(g, q, k, v, out, lse, {}, false, 0.5, none, gq,
+                                       on_dev({2, 4, 4}), gv);
+      },
+      "grad_key of shape [2, 5, 4]");
+  fails(
+      bop,
+      [&] {
+        const Tensor both = on_dev({2, 5, 10});  // grad_key and grad_value in one buffer
+        dev().flash_attention_backward(g, q, k, v, out, lse, {}, false, 0.5, none, gq,
+                                       both.narrow(2, 0, 4), both.narrow(2, 4, 6));
+      },
+      "share memory");
 }
 
 TEST_CASE("parity: attention's bad input is an Error naming the op") {
