@@ -15,7 +15,10 @@
 //                                             # 4096: about 5 minutes on 2 CPU cores
 //   benchmark_attention --quick               # n = 512, 1024, k = 128, 1 layer: about 1 minute
 //   benchmark_attention --paper --device cuda # the paper's grid and RoBERTa-base shape
+//   benchmark_attention --full-kernel materialized   # against the Transformer that keeps P
 //
+// The Transformer runs full attention on the memory-efficient kernel (the default, no n x n
+// matrix kept) unless --full-kernel materialized; Linformer always runs the default.
 // The JSON (--json) and the scaling plot (--png) go next to the executable, in the build folder,
 // unless named; results/table3/ keeps the curated summary (examples/summarize_results.py).
 #include <tinyformer/tinyformer.h>
@@ -187,6 +190,12 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-scaling", scaling, "skip the scaling view");
   app.add_option("--scaling-k", scaling_k);
   app.add_option("--scaling-n", scaling_ns)->delimiter(',');
+  std::string full_kernel = "memory_efficient";
+  app.add_option("--full-kernel", full_kernel,
+                 "the Transformer's attention kernel, the baseline: memory_efficient (the "
+                 "default: no n x n matrix kept) or materialized (P kept for the backward)")
+      ->check(CLI::IsMember({"memory_efficient", "materialized"}))
+      ->capture_default_str();
   bool profile = false;
   app.add_flag("--profile", profile,
                "after the timings, print where one forward of each model spends its time "
@@ -221,12 +230,13 @@ int main(int argc, char** argv) {
     if (probe && device.is_cpu()) rule.probe = bench::core_probe();
     std::printf(
         "device %s; encoder: %lld layers, d_model %lld, %lld heads, ff %lld, batch %lld, "
-        "float32\nkernels: %s\ntiming: every model below, forward%s, in one set of jobs taking "
+        "float32; the Transformer's attention kernel: %s\nkernels: %s\ntiming: every model below, "
+        "forward%s, in one set of jobs taking "
         "turns in an order that changes every round: %s. A speed-up is the median of the "
         "per-round ratios full / Linformer, +- the half-width of its 95%% confidence interval\n\n",
         device.str().c_str(), static_cast<long long>(layers), static_cast<long long>(d_model),
         static_cast<long long>(heads), static_cast<long long>(d_ff), static_cast<long long>(batch),
-        runtime_info(device).c_str(), train ? " and forward+backward" : "",
+        full_kernel.c_str(), runtime_info(device).c_str(), train ? " and forward+backward" : "",
         bench::describe(rule).c_str());
     auto make = [&](std::int64_t n, std::int64_t k) {
       nn::EncoderConfig c{.layers = layers,
@@ -240,6 +250,7 @@ int main(int argc, char** argv) {
         c.linformer = {.k = k, .sharing = nn::Sharing::layerwise};
       }
       auto enc = std::make_shared<nn::TransformerEncoder>(c);
+      if (k == 0) nn::set_attention_kernel(*enc, parse_attention_kernel(full_kernel));
       enc->to(device);
       enc->eval();
       return enc;
@@ -537,6 +548,7 @@ int main(int argc, char** argv) {
                                                {"d_ff", d_ff},
                                                {"layers", layers},
                                                {"batch", batch},
+                                               {"full_kernel", full_kernel},
                                                {"results", results},
                                                {"ratios", ratio_json},
                                                {"scaling", scaling_json},

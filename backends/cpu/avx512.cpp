@@ -453,6 +453,10 @@ constexpr std::int64_t kNnChunk = 128;
 
 }  // namespace
 
+TF_AVX512 float exp_shifted_sum(const float* x, float* y, std::int64_t n, float shift) {
+  return exp_sum(x, y, n, shift);
+}
+
 bool available() {
   static const bool yes = dnnl_runs_avx512() && __builtin_cpu_supports("avx512f") &&
                           __builtin_cpu_supports("avx512dq") &&
@@ -967,6 +971,9 @@ namespace tinyformer::cpu::avx512 {
 
 bool available() {
   return false;
+}
+float exp_shifted_sum(const float*, float*, std::int64_t, float) {
+  return 0.0f;
 }
 void exp_nonpositive(const float*, float*, std::int64_t) {}
 float softmax_row(const float*, float*, std::int64_t, const float*) {

@@ -31,6 +31,10 @@ bool available();
 // y[i] = exp_nonpositive(x[i]) for i < n: x <= 0 or NaN (the bits of math::exp_nonpositive).
 void exp_nonpositive(const float* x, float* y, std::int64_t n);
 
+// y[i] = exp(x[i] - shift) for i < n, where x[i] - shift <= 0, -inf or NaN (y may be x); returns
+// the sum of y in two chains of 16 lanes. Memory-efficient attention's pass over a tile of scores.
+float exp_shifted_sum(const float* x, float* y, std::int64_t n, float shift);
+
 // y = softmax(x) over one row of n (y may be x); returns the row's maximum. max_known: when not
 // null, the row's maximum, already known (the first pass is skipped).
 float softmax_row(const float* x, float* y, std::int64_t n, const float* max_known = nullptr);

@@ -28,6 +28,13 @@
 //
 // Dropout redraws each element's keep from its coordinates (AttentionDropout, core/ops.def) in
 // either direction; the mask is never stored.
+//
+// On a CPU with AVX-512, in float32, the products run on the kernels of avx512.h: key and value
+// are packed once per call (linear in m), the head-width products (scores, dP) on gemm_nt over a
+// tile's panels of keys, with the rows' maxima from the product where no mask or rule applies;
+// the products over a tile's keys (P v, dS k) on gemm_nn; grad_key and grad_value on gemm_tn,
+// which adds into them. Elsewhere (float64, other CPUs, or where oneDNN runs AMX) every product
+// is a oneDNN sgemm or OpenBLAS dgemm call on the calling thread.
 #include <omp.h>
 
 #include <algorithm>
@@ -40,6 +47,7 @@
 #include "backends/cpu/attention_gemm.h"
 #include "backends/cpu/avx512.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dnnl_context.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/softmax_row.h"
 #include "core/error.h"
@@ -52,19 +60,72 @@ namespace tinyformer::cpu {
 namespace {
 
 // A tile's scores: kQueryTile x kKeyTile (128 KiB in float32) stay in L2 between the products
-// and the row pass that runs between them.
-constexpr std::int64_t kQueryTile = 128, kKeyTile = 256;
+// and the row pass that runs between them; 512 keys make the products over a tile's keys (P v,
+// dS k) long enough to run near the kernels' best rate. gemm_tn sums chunks of 128 rows, so a
+// tile of rows is one chunk.
+constexpr std::int64_t kQueryTile = 64, kKeyTile = 512;
 // From this many matrices on, the backward runs one matrix per item (the file comment).
 constexpr std::int64_t kMinMatrices = 8;
 
-// y[j] = exp(x[j]) for x[j] <= 0, -inf or NaN.
+// row[j] = exp(row[j] - shift) for j < n, where row[j] <= shift, -inf or NaN (the difference
+// floored at 0 against rounding); returns their sum. One pass.
 template <typename T>
-void exp_row(const T* x, T* y, std::int64_t n) {
+T exp_shifted(T* row, std::int64_t n, T shift) {
   if constexpr (std::is_same_v<T, float>) {
-    if (avx512::available()) return avx512::exp_nonpositive(x, y, n);
+    if (avx512::available()) return avx512::exp_shifted_sum(row, row, n, shift);
   }
-#pragma omp simd
-  for (std::int64_t j = 0; j < n; ++j) y[j] = math::exp_nonpositive(x[j]);
+  T total = 0;
+#pragma omp simd reduction(+ : total)
+  for (std::int64_t j = 0; j < n; ++j) {
+    const T x = row[j] - shift;
+    row[j] = math::exp_nonpositive(x > T(0) ? T(0) : x);
+    total += row[j];
+  }
+  return total;
+}
+
+// Key and value packed for avx512.h's products, once per call, matrix after matrix: nt for
+// gemm_nt over any tile of keys (panels of 64 keys: a tile from key c0 starts c0 * width floats
+// in), nn for gemm_nn a tile of kKeyTile keys at a time (each tile packed on its own). Empty
+// (used() false) where those kernels do not run.
+struct Packed {
+  Tensor data;
+  std::int64_t per_matrix = 0, per_tile = 0;
+  bool used() const { return data.defined(); }
+  const float* matrix(std::size_t b) const {
+    return data.data<float>() + static_cast<std::int64_t>(b) * per_matrix;
+  }
+};
+
+Packed pack_nt_all(const float* x, const std::vector<std::int64_t>& offsets, std::int64_t ld,
+                   std::int64_t rows, std::int64_t width, std::int64_t batches, int threads) {
+  Packed p;
+  p.per_matrix = avx512::packed_nt_size(rows, width);
+  p.data = scratch_tensor<float>(std::max<std::int64_t>(p.per_matrix * batches, 1));
+  float* out = p.data.data<float>();
+  for_items(batches, threads, [&](std::int64_t b) {
+    avx512::pack_nt(x + offsets[static_cast<std::size_t>(b)], ld, rows, width,
+                    out + b * p.per_matrix);
+  });
+  return p;
+}
+
+Packed pack_nn_tiles(const float* x, const std::vector<std::int64_t>& offsets, std::int64_t ld,
+                     std::int64_t rows, std::int64_t width, std::int64_t batches, int threads,
+                     std::int64_t tile) {
+  Packed p;
+  const std::int64_t tiles = (rows + tile - 1) / tile;
+  p.per_tile = avx512::packed_nn_size(tile, width);
+  p.per_matrix = tiles * p.per_tile;
+  p.data = scratch_tensor<float>(std::max<std::int64_t>(p.per_matrix * batches, 1));
+  float* out = p.data.data<float>();
+  for_items(batches * tiles, threads, [&](std::int64_t item) {
+    const std::int64_t b = item / tiles, t = item % tiles;
+    const std::int64_t r0 = t * tile;
+    avx512::pack_nn(x + offsets[static_cast<std::size_t>(b)] + r0 * ld, ld,
+                    std::min(tile, rows - r0), width, out + b * p.per_matrix + t * p.per_tile);
+  });
+  return p;
 }
 
 // What every tile of a call reads: the operands' base pointers, row strides and per-matrix
@@ -143,6 +204,13 @@ struct Operands {
   }
 };
 
+// Whether the AVX-512 products run: float32 on a CPU that has them (and not where oneDNN runs
+// AMX, whose sgemm is the faster there).
+template <typename T>
+bool avx512_products() {
+  return std::is_same_v<T, float> && avx512::available() && !dnnl_runs_amx();
+}
+
 template <typename T>
 void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value,
                    const Tensor& excluded_mask, bool causal, double scale,
@@ -158,10 +226,21 @@ void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value,
   const std::int64_t tiles = (s.n + kQueryTile - 1) / kQueryTile;
   const int threads =
       pass_threads(s.batches * s.n * std::max<std::int64_t>(s.m, 1), 2 * (s.d + s.dv) + 8);
-  // Per thread: the scores tile, the output accumulator, the rows' maximum and sum, and the
-  // dropout keeps of one row. Allocated here: nothing may throw inside the team.
+  Packed packed_key, packed_value;
+  if constexpr (std::is_same_v<T, float>) {
+    if (avx512_products<T>() && s.m > 0) {
+      packed_key = pack_nt_all(a.k, a.ko, a.ldk, s.m, s.d, s.batches, threads);
+      packed_value = pack_nn_tiles(a.v, a.vo, a.ldv, s.m, s.dv, s.batches, threads, kKeyTile);
+    }
+  }
+  // The rows' maxima from the scores' product, where nothing is excluded.
+  const bool max_from_product = packed_key.used() && !a.mask && !causal;
+  // Per thread: the scores tile, the output accumulator, a tile's product with the values (on
+  // the AVX-512 path), the rows' maximum and sum, the tile's row maxima, and the dropout keeps of
+  // one row. Allocated here: nothing may throw inside the team.
+  const std::int64_t product = packed_key.used() ? kQueryTile * s.dv : 0;
   const std::int64_t per_thread =
-      kQueryTile * kKeyTile + kQueryTile * s.dv + 2 * kQueryTile +
+      kQueryTile * kKeyTile + kQueryTile * s.dv + product + 3 * kQueryTile +
       (kKeyTile + static_cast<std::int64_t>(sizeof(T)) - 1) / static_cast<std::int64_t>(sizeof(T));
   const Tensor scratch = scratch_tensor<T>(per_thread * threads);
   T* const scratch_data = scratch.data<T>();
@@ -173,40 +252,78 @@ void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value,
     const std::int64_t r0 = (item % tiles) * kQueryTile, r = std::min(kQueryTile, s.n - r0);
     T* tile = scratch_data + omp_get_thread_num() * per_thread;
     T* acc = tile + kQueryTile * kKeyTile;
-    T* mx = acc + kQueryTile * s.dv;
+    T* pv = acc + kQueryTile * s.dv;
+    T* mx = pv + product;
     T* sum = mx + kQueryTile;
-    unsigned char* keep = reinterpret_cast<unsigned char*>(sum + kQueryTile);
+    T* tile_max = sum + kQueryTile;
+    unsigned char* keep = reinterpret_cast<unsigned char*>(tile_max + kQueryTile);
     std::fill(acc, acc + r * s.dv, T(0));
     std::fill(mx, mx + r, minus_inf);
     std::fill(sum, sum + r, T(0));
     const std::int64_t keys = a.key_end(r0, r);
     for (std::int64_t c0 = 0; c0 < keys; c0 += kKeyTile) {
       const std::int64_t c = std::min(kKeyTile, keys - c0);
-      gemm(false, true, r, c, s.d, a.scale, a.query(b, r0), a.ldq, a.key(b, c0), a.ldk, T(0), tile,
-           kKeyTile, status);
+      bool maxima = false;
+      if constexpr (std::is_same_v<T, float>) {
+        if (packed_key.used()) {
+          avx512::gemm_nt(r, c, s.d, a.scale, a.query(b, r0), a.ldq,
+                          packed_key.matrix(b) + c0 * s.d, tile, kKeyTile,
+                          max_from_product ? tile_max : nullptr);
+          maxima = max_from_product;
+        }
+      }
+      if (!packed_key.used()) {
+        gemm(false, true, r, c, s.d, a.scale, a.query(b, r0), a.ldq, a.key(b, c0), a.ldk, T(0),
+             tile, kKeyTile, status);
+      }
       for (std::int64_t i = 0; i < r; ++i) {
         T* row = tile + i * kKeyTile;
-        a.exclude(row, b, r0 + i, c0, c);
-        const T top = std::max(mx[i], row_max(row, c));
+        T top_here;
+        if (maxima) {
+          top_here = tile_max[i];
+        } else {
+          a.exclude(row, b, r0 + i, c0, c);
+          top_here = row_max(row, c);
+        }
+        const T top = std::max(mx[i], top_here);
+        tile_max[i] = T(1);      // the factor on the accumulated output: 1 unless the maximum moves
         if (top == minus_inf) {  // every key so far excluded: this tile adds nothing
           std::fill(row, row + c, T(0));
           continue;
         }
         const T alpha = math::exp_nonpositive(mx[i] - top);  // 0 while mx was -inf
-#pragma omp simd
-        for (std::int64_t j = 0; j < c; ++j) row[j] -= top;
-        exp_row(row, row, c);
-        T total = 0;
-#pragma omp simd reduction(+ : total)
-        for (std::int64_t j = 0; j < c; ++j) total += row[j];
-        sum[i] = sum[i] * alpha + total;
+        sum[i] = sum[i] * alpha + exp_shifted(row, c, top);
         mx[i] = top;
+        tile_max[i] = alpha;
         if (dropout.active()) a.drop(row, b, r0 + i, c0, c, keep);
-        if (alpha != T(1)) {
-          T* acc_i = acc + i * s.dv;
+      }
+      // acc = acc * alpha + tile v, row by row.
+      if constexpr (std::is_same_v<T, float>) {
+        if (packed_value.used()) {
+          // The tile was packed with all its keys; those past the causal rule's last get 0.
+          const std::int64_t packed = std::min(kKeyTile, s.m - c0);
+          for (std::int64_t i = 0; c < packed && i < r; ++i) {
+            std::fill(tile + i * kKeyTile + c, tile + i * kKeyTile + packed, T(0));
+          }
+          avx512::gemm_nn(r, s.dv, packed, tile, kKeyTile,
+                          packed_value.matrix(b) + (c0 / kKeyTile) * packed_value.per_tile, pv,
+                          s.dv);
+          for (std::int64_t i = 0; i < r; ++i) {
+            T* acc_i = acc + i * s.dv;
+            const T* pv_i = pv + i * s.dv;
+            const T alpha = tile_max[i];
 #pragma omp simd
-          for (std::int64_t e = 0; e < s.dv; ++e) acc_i[e] *= alpha;
+            for (std::int64_t e = 0; e < s.dv; ++e) acc_i[e] = acc_i[e] * alpha + pv_i[e];
+          }
+          continue;
         }
+      }
+      for (std::int64_t i = 0; i < r; ++i) {
+        const T alpha = tile_max[i];
+        if (alpha == T(1)) continue;
+        T* acc_i = acc + i * s.dv;
+#pragma omp simd
+        for (std::int64_t e = 0; e < s.dv; ++e) acc_i[e] *= alpha;
       }
       gemm(false, false, r, s.dv, c, T(1), tile, kKeyTile, a.value(b, c0), a.ldv, T(1), acc, s.dv,
            status);
@@ -267,10 +384,25 @@ void flash_backward(const Tensor& grad, const Tensor& query, const Tensor& key, 
     }
   });
 
-  // Per thread: P (or, with dropout, P and dropout(P)), dP turned into dS, one row's keeps.
+  Packed key_nt, value_nt, key_nn;
+  if constexpr (std::is_same_v<T, float>) {
+    if (avx512_products<T>() && s.m > 0 && s.n > 0) {
+      key_nt = pack_nt_all(a.k, a.ko, a.ldk, s.m, s.d, s.batches, threads);
+      value_nt = pack_nt_all(a.v, a.vo, a.ldv, s.m, s.dv, s.batches, threads);
+      key_nn = pack_nn_tiles(a.k, a.ko, a.ldk, s.m, s.d, s.batches, threads, kKeyTile);
+    }
+  }
+  const bool fast = key_nt.used();
+
+  // Per thread: P (or, with dropout, P and dropout(P)), dP turned into dS, a tile's dS k (on the
+  // AVX-512 path), gemm_tn's scratch, one row's keeps.
   const std::int64_t tile_elements = kQueryTile * kKeyTile;
+  const std::int64_t dq_elements = fast ? kQueryTile * s.d : 0;
+  const std::int64_t tn_elements = fast ? avx512::gemm_tn_scratch_size() : 0;
+  const std::int64_t keep_offset =
+      (dropout.active() ? 3 : 2) * tile_elements + dq_elements + tn_elements;
   const std::int64_t per_thread =
-      (dropout.active() ? 3 : 2) * tile_elements +
+      keep_offset +
       (kKeyTile + static_cast<std::int64_t>(sizeof(T)) - 1) / static_cast<std::int64_t>(sizeof(T));
   const Tensor scratch = scratch_tensor<T>(per_thread * threads);
   T* const scratch_data = scratch.data<T>();
@@ -282,31 +414,41 @@ void flash_backward(const Tensor& grad, const Tensor& query, const Tensor& key, 
     T* p;
     T* pd;
     T* ds;
+    T* dq;
+    T* tn;
   };
   const auto tile = [&](std::size_t b, std::int64_t r0, std::int64_t r, std::int64_t c0,
                         std::int64_t c) {
     T* base = scratch_data + omp_get_thread_num() * per_thread;
-    Tile t{base, base, base + tile_elements};
+    const std::int64_t tiles = dropout.active() ? 3 : 2;
+    Tile t{base, base, base + tile_elements, base + tiles * tile_elements,
+           base + tiles * tile_elements + dq_elements};
     if (dropout.active()) t.pd = base + 2 * tile_elements;
-    unsigned char* keep =
-        reinterpret_cast<unsigned char*>(base + (dropout.active() ? 3 : 2) * tile_elements);
-    gemm(false, true, r, c, s.d, a.scale, a.query(b, r0), a.ldq, a.key(b, c0), a.ldk, T(0), t.p,
-         kKeyTile, status);
-    gemm(false, true, r, c, s.dv, T(1), g + go[b] + r0 * ldg, ldg, a.value(b, c0), a.ldv, T(0),
-         t.ds, kKeyTile, status);
+    unsigned char* keep = reinterpret_cast<unsigned char*>(base + keep_offset);
+    bool products = false;
+    if constexpr (std::is_same_v<T, float>) {
+      if (fast) {
+        avx512::gemm_nt(r, c, s.d, a.scale, a.query(b, r0), a.ldq, key_nt.matrix(b) + c0 * s.d, t.p,
+                        kKeyTile, nullptr);
+        avx512::gemm_nt(r, c, s.dv, 1.0f, g + go[b] + r0 * ldg, ldg, value_nt.matrix(b) + c0 * s.dv,
+                        t.ds, kKeyTile, nullptr);
+        products = true;
+      }
+    }
+    if (!products) {
+      gemm(false, true, r, c, s.d, a.scale, a.query(b, r0), a.ldq, a.key(b, c0), a.ldk, T(0), t.p,
+           kKeyTile, status);
+      gemm(false, true, r, c, s.dv, T(1), g + go[b] + r0 * ldg, ldg, a.value(b, c0), a.ldv, T(0),
+           t.ds, kKeyTile, status);
+    }
     const T* lse_rows = l_in + static_cast<std::int64_t>(b) * s.n + r0;
     const T* d_of = d_rows + static_cast<std::int64_t>(b) * s.n + r0;
     for (std::int64_t i = 0; i < r; ++i) {
       T* p_i = t.p + i * kKeyTile;
       T* ds_i = t.ds + i * kKeyTile;
       a.exclude(p_i, b, r0 + i, c0, c);
-      const T l = lse_rows[i];
-#pragma omp simd
-      for (std::int64_t j = 0; j < c; ++j) {
-        const T x = p_i[j] - l;  // <= 0 up to rounding; -inf where excluded; NaN for NaN lse
-        p_i[j] = x > T(0) ? T(0) : x;
-      }
-      exp_row(p_i, p_i, c);
+      // P = exp(S - lse): 0 where excluded, NaN throughout a row whose lse is NaN.
+      exp_shifted(p_i, c, lse_rows[i]);
       if (dropout.active()) {
         T* pd_i = t.pd + i * kKeyTile;
         std::copy(p_i, p_i + c, pd_i);
@@ -324,6 +466,36 @@ void flash_backward(const Tensor& grad, const Tensor& query, const Tensor& key, 
     for (std::int64_t i = 0; i < count; ++i) std::fill(rows + i * ld, rows + i * ld + width, T(0));
   };
 
+  // grad_query[rows] (+)= dS k[keys]: beta 0 writes, 1 adds.
+  const auto query_product = [&](const Tile& t, std::size_t b, std::int64_t r0, std::int64_t r,
+                                 std::int64_t c0, std::int64_t c, T beta) {
+    T* gq_rows = gq + gqo[b] + r0 * ldgq;
+    if constexpr (std::is_same_v<T, float>) {
+      if (fast) {
+        // The tile was packed with all its keys; those past the causal rule's last get 0.
+        const std::int64_t packed = std::min(kKeyTile, s.m - c0);
+        for (std::int64_t i = 0; c < packed && i < r; ++i) {
+          std::fill(t.ds + i * kKeyTile + c, t.ds + i * kKeyTile + packed, T(0));
+        }
+        avx512::gemm_nn(r, s.d, packed, t.ds, kKeyTile,
+                        key_nn.matrix(b) + (c0 / kKeyTile) * key_nn.per_tile, t.dq, s.d);
+        for (std::int64_t i = 0; i < r; ++i) {
+          T* row = gq_rows + i * ldgq;
+          const T* add = t.dq + i * s.d;
+          if (beta == T(0)) {
+            std::copy(add, add + s.d, row);
+          } else {
+#pragma omp simd
+            for (std::int64_t e = 0; e < s.d; ++e) row[e] += add[e];
+          }
+        }
+        return;
+      }
+    }
+    gemm(false, false, r, s.d, c, T(1), t.ds, kKeyTile, a.key(b, c0), a.ldk, beta, gq_rows, ldgq,
+         status);
+  };
+
   // grad_key and grad_value for keys [c0, c0 + c) of matrix b, from every query tile that may
   // attend to them; with_query: grad_query gathers its share in the same pass.
   const auto key_tile = [&](std::size_t b, std::int64_t c0, std::int64_t c, bool with_query) {
@@ -338,15 +510,25 @@ void flash_backward(const Tensor& grad, const Tensor& query, const Tensor& key, 
     for (std::int64_t r0 = first; r0 < s.n; r0 += kQueryTile) {
       const std::int64_t r = std::min(kQueryTile, s.n - r0);
       const Tile t = tile(b, r0, r, c0, c);
-      const T beta = r0 == first ? T(0) : T(1);
-      gemm(true, false, c, s.dv, r, T(1), t.pd, kKeyTile, g + go[b] + r0 * ldg, ldg, beta, gv_tile,
-           ldgv, status);
-      gemm(true, false, c, s.d, r, T(1), t.ds, kKeyTile, a.query(b, r0), a.ldq, beta, gk_tile, ldgk,
-           status);
-      if (with_query) {
-        gemm(false, false, r, s.d, c, T(1), t.ds, kKeyTile, a.key(b, c0), a.ldk, T(1),
-             gq + gqo[b] + r0 * ldgq, ldgq, status);
+      const bool accumulate = r0 != first;
+      bool done = false;
+      if constexpr (std::is_same_v<T, float>) {
+        if (fast) {
+          avx512::gemm_tn(c, s.dv, r, t.pd, kKeyTile, g + go[b] + r0 * ldg, ldg, gv_tile, ldgv,
+                          t.tn, accumulate);
+          avx512::gemm_tn(c, s.d, r, t.ds, kKeyTile, a.query(b, r0), a.ldq, gk_tile, ldgk, t.tn,
+                          accumulate);
+          done = true;
+        }
       }
+      if (!done) {
+        const T beta = accumulate ? T(1) : T(0);
+        gemm(true, false, c, s.dv, r, T(1), t.pd, kKeyTile, g + go[b] + r0 * ldg, ldg, beta,
+             gv_tile, ldgv, status);
+        gemm(true, false, c, s.d, r, T(1), t.ds, kKeyTile, a.query(b, r0), a.ldq, beta, gk_tile,
+             ldgk, status);
+      }
+      if (with_query) query_product(t, b, r0, r, c0, c, T(1));
     }
   };
 
@@ -373,14 +555,11 @@ void flash_backward(const Tensor& grad, const Tensor& query, const Tensor& key, 
   for_items(s.batches * query_tiles, threads, [&](std::int64_t item) {
     const std::size_t b = static_cast<std::size_t>(item / query_tiles);
     const std::int64_t r0 = (item % query_tiles) * kQueryTile, r = std::min(kQueryTile, s.n - r0);
-    T* gq_rows = gq + gqo[b] + r0 * ldgq;
     const std::int64_t keys = a.key_end(r0, r);
-    if (keys == 0) zero_rows(gq_rows, r, s.d, ldgq);
+    if (keys == 0) zero_rows(gq + gqo[b] + r0 * ldgq, r, s.d, ldgq);
     for (std::int64_t c0 = 0; c0 < keys; c0 += kKeyTile) {
       const std::int64_t c = std::min(kKeyTile, keys - c0);
-      const Tile t = tile(b, r0, r, c0, c);
-      gemm(false, false, r, s.d, c, T(1), t.ds, kKeyTile, a.key(b, c0), a.ldk,
-           c0 == 0 ? T(0) : T(1), gq_rows, ldgq, status);
+      query_product(tile(b, r0, r, c0, c), b, r0, r, c0, c, c0 == 0 ? T(0) : T(1));
     }
   });
   status.check(op);

@@ -116,7 +116,7 @@ TEST_CASE("memory-efficient attention equals the materialized kernel in float32"
     bool masked, causal;
     double dropout;
   };
-  // Past the CPU kernel's tiles (128 rows, 256 keys), n not a multiple of either; m < n, m > n;
+  // Past the CPU kernel's tiles (64 rows, 512 keys), n not a multiple of either; m < n, m > n;
   // one matrix (the CPU backward's two passes) and 8 (a matrix per item).
   const Case cases[] = {
       {{1, 1}, 300, 300, false, false, 0.0}, {{2, 4}, 300, 300, true, false, 0.0},

@@ -4,7 +4,7 @@
 // contiguous, values as rows of a wider matrix; no mask, a key-padding mask expanded to the
 // scores, a full random mask and the causal rule; empty sizes; rows with every key excluded
 // (NaN); bad input. The memory-efficient ops (flash_attention and flash_attention_backward) on
-// the same cases, with dropout, past the CPU kernel's tiles (128 query rows, 256 keys), one
+// the same cases, with dropout, past the CPU kernel's tiles (64 query rows, 512 keys), one
 // matrix per item (8 or more matrices) and the two passes of fewer.
 #include <cmath>
 #include <cstdint>
@@ -245,7 +245,7 @@ void check_flash_case(const Shape& batch, const Sizes& s, DType dtype, MaskKind 
 
 TEST_CASE("parity: attention, memory-efficient (flash_attention and its backward)") {
   if (!available()) return;
-  // n = 1, k > n, odd sizes, and n, m past the CPU kernel's tiles (128 rows, 256 keys).
+  // n = 1, k > n, odd sizes, and n, m past the CPU kernel's tiles (64 rows, 512 keys).
   const Sizes sizes[] = {{1, 1, 1, 1}, {5, 7, 4, 3}, {33, 17, 8, 8}, {130, 300, 16, 9}};
   // Fewer than 8 matrices: the CPU backward's two passes; 8 or more: a matrix per item.
   const std::vector<Shape> batches = {{}, {2, 3}, {2, 4}};
@@ -266,6 +266,9 @@ TEST_CASE("parity: attention, memory-efficient (flash_attention and its backward
     // Past a tile of rows and of keys, causal: tiles the rule skips on either side.
     check_flash_case({2}, {300, 520, 8, 5}, dtype, MaskKind::none, true, 0.0, seed += 5);
     check_flash_case({8}, {260, 270, 8, 5}, dtype, MaskKind::padding, true, 0.1, seed += 5);
+    // Past a tile of keys with a matrix per item, and a head wider than a panel of 64.
+    check_flash_case({8}, {70, 530, 8, 5}, dtype, MaskKind::padding, false, 0.2, seed += 5);
+    check_flash_case({2}, {70, 600, 70, 66}, dtype, MaskKind::none, true, 0.0, seed += 5);
   }
 }
 
