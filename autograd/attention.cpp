@@ -151,6 +151,13 @@ Tensor empty_like_rows(const Tensor& like, std::int64_t rows, std::int64_t cols)
   return order ? empty_in_order(shape, *order, options) : empty(shape, options);
 }
 
+// The gradients of query, key and value, uninitialised, each laid out like its tensor.
+std::vector<Tensor> empty_gradients(const Tensor& query, const Tensor& key, const Tensor& value) {
+  return {empty_like_rows(query, query.size(-2), query.size(-1)),
+          empty_like_rows(key, key.size(-2), key.size(-1)),
+          empty_like_rows(value, value.size(-2), value.size(-1))};
+}
+
 // The attention and attention_backward ops (core/ops.def) as one graph node: no dropout, no
 // mixed precision. The out and the gradients are laid out like the query, key and value.
 Tensor attention_op(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -168,14 +175,11 @@ Tensor attention_op(const Tensor& query, const Tensor& key, const Tensor& value,
   return record("fused_attention", out, {query, key, value},
                 [saved_query, saved_key, saved_value, probs, causal, scale](const Tensor& g) {
                   const Tensor grad = gemm_rows(g);
-                  const std::int64_t n = saved_query.size(-2), m = saved_key.size(-2);
-                  const Tensor d_query = empty_like_rows(saved_query, n, saved_query.size(-1));
-                  const Tensor d_key = empty_like_rows(saved_key, m, saved_key.size(-1));
-                  const Tensor d_value = empty_like_rows(saved_value, m, saved_value.size(-1));
+                  std::vector<Tensor> d = empty_gradients(saved_query, saved_key, saved_value);
                   backend(grad.device())
                       .attention_backward(grad, saved_query, saved_key, saved_value, probs, causal,
-                                          scale, d_query, d_key, d_value);
-                  return std::vector<Tensor>{d_query, d_key, d_value};
+                                          scale, d[0], d[1], d[2]);
+                  return d;
                 });
 }
 // The flash_attention and flash_attention_backward ops (core/ops.def) as one graph node.
@@ -196,15 +200,12 @@ Tensor flash_attention_op(const Tensor& query, const Tensor& key, const Tensor& 
                 [saved_query, saved_key, saved_value, saved_out, lse, mask, causal, scale,
                  dropout](const Tensor& g) {
                   const Tensor grad = gemm_rows(g);
-                  const std::int64_t n = saved_query.size(-2), m = saved_key.size(-2);
-                  const Tensor d_query = empty_like_rows(saved_query, n, saved_query.size(-1));
-                  const Tensor d_key = empty_like_rows(saved_key, m, saved_key.size(-1));
-                  const Tensor d_value = empty_like_rows(saved_value, m, saved_value.size(-1));
+                  std::vector<Tensor> d = empty_gradients(saved_query, saved_key, saved_value);
                   backend(grad.device())
                       .flash_attention_backward(grad, saved_query, saved_key, saved_value,
-                                                saved_out, lse, mask, causal, scale, dropout,
-                                                d_query, d_key, d_value);
-                  return std::vector<Tensor>{d_query, d_key, d_value};
+                                                saved_out, lse, mask, causal, scale, dropout, d[0],
+                                                d[1], d[2]);
+                  return d;
                 });
 }
 }  // namespace

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/attention_dropout.h"
 #include "core/collectives.h"
 #include "core/ops.h"
-#include "core/softmax_math.h"
 #include "core/tensor.h"
 
 namespace tinyformer {

@@ -10,10 +10,10 @@
 #include <initializer_list>
 #include <vector>
 
+#include "core/attention_dropout.h"
 #include "core/dtype.h"
 #include "core/ops.h"
 #include "core/shape.h"
-#include "core/softmax_math.h"
 #include "core/tensor.h"
 
 namespace tinyformer {

@@ -15,8 +15,8 @@
 //   benchmark_attention_kernels --n 512,1024 --quick  # seconds
 //   benchmark_attention_kernels --causal --mask       # with the causal rule and key padding
 //
-// The JSON (--json) goes next to the executable unless named; results/attention_kernels/ keeps
-// the curated summary.
+// The JSON (--json) and the scaling plot (--png: time and peak memory against n) go next to the
+// executable unless named; results/attention_kernels/ keeps the curated summary.
 #include <tinyformer/tinyformer.h>
 
 #include "bench_timing.h"
@@ -24,6 +24,7 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -80,14 +81,26 @@ int main(int argc, char** argv) {
   app.add_option("--budget", rule.budget_s, "seconds for the timed rounds")->capture_default_str();
   app.add_option("--min-rounds", rule.min_rounds)->capture_default_str();
   app.add_flag("--quick", quick, "a 10 s budget and 3 rounds at least");
+  bool probe = true;
+  app.add_flag("!--no-probe", probe,
+               "count every round: without the probe the statistics leave out the rounds in "
+               "which the host ran the threads on distant cores (bench_timing.h)");
   app.add_option("--json", json_path, "where to write the results")->capture_default_str();
+  std::string png_path;  // default: beside the JSON
+  app.add_option("--png", png_path,
+                 "where to render time and peak memory against n (needs gnuplot); default: "
+                 "benchmark_attention_kernels.png beside the JSON");
   CLI11_PARSE(app, argc, argv);
+  if (png_path.empty()) {
+    png_path = (std::filesystem::path(json_path).parent_path() / "benchmark_attention_kernels.png")
+                   .string();
+  }
   if (quick) {
     if (app.count("--budget") == 0) rule.budget_s = 10;
     if (app.count("--min-rounds") == 0) rule.min_rounds = 3;
   }
   try {
-    rule.probe = bench::core_probe();
+    if (probe) rule.probe = bench::core_probe();
     std::vector<Case> cases = {{"full materialized", 0, AttentionKernel::materialized},
                                {"full memory-efficient", 0, AttentionKernel::memory_efficient}};
     for (std::int64_t k : ks) {
@@ -267,6 +280,47 @@ int main(int argc, char** argv) {
     }
     std::printf("%s\n", timing.summary().c_str());
     if (!timing.quiet_summary().empty()) std::printf("%s\n", timing.quiet_summary().c_str());
+
+    // The scaling plot: forward+backward (forward with --no-train) time and peak memory against
+    // n, one line per case, on log-log axes.
+    {
+      const std::string dat = png_path + ".dat";
+      std::ofstream out(dat);
+      std::string plots_time, plots_memory;
+      int block = 0;
+      for (std::size_t i = 0; i < cases.size(); ++i) {
+        bool any = false;
+        for (std::int64_t n : ns) {
+          if (!cells.count({i, n})) continue;
+          const Cell& cell = cells.at({i, n});
+          const double ms = timing.jobs[train ? cell.train_job : cell.forward_job].median_ms;
+          out << n << ' ' << ms << ' ' << (train ? cell.train_mb : cell.forward_mb) << '\n';
+          any = true;
+        }
+        if (!any) continue;
+        out << "\n\n";
+        const std::string sep = block == 0 ? "" : ", ";
+        const std::string index = "index " + std::to_string(block);
+        plots_time += sep + "'" + dat + "' " + index + " u 1:2 w lp t '" + cases[i].name + "'";
+        plots_memory += sep + "'" + dat + "' " + index + " u 1:3 w lp t '" + cases[i].name + "'";
+        ++block;
+      }
+      out.close();
+      const std::string what = train ? "forward+backward" : "forward";
+      const std::string script =
+          "set terminal pngcairo size 1100,440; set output '" + png_path +
+          "'; set multiplot layout 1,2; set logscale xy; set key left top; set xlabel 'n';"
+          "set ylabel '" +
+          what + " ms'; plot " + plots_time + "; set ylabel '" + what + " peak MB'; plot " +
+          plots_memory + "; unset multiplot";
+      const std::string command = "gnuplot -e \"" + script + "\" 2>/dev/null";
+      if (block > 0 && std::system(command.c_str()) == 0) {
+        std::printf("plot written to %s\n", png_path.c_str());
+      } else {
+        std::printf("no plot (gnuplot not available: apt-get install gnuplot-nox)\n");
+      }
+      std::remove(dat.c_str());
+    }
     std::ofstream(json_path) << nlohmann::json{{"program", "benchmark_attention_kernels"},
                                                {"heads", heads},
                                                {"d_head", d_head},

@@ -2,9 +2,10 @@
 """PyTorch 2.x on the encoder layers benchmark_libtorch exports: the same check, then times.
 
 Reads the cases `benchmark_libtorch --export DIR` wrote (DIR/cases.json and one safetensors
-file per case), rebuilds each layer in plain torch ops (the post-norm layer of HandLayer in
-benchmark_libtorch.cpp: h = LN(x + Attn(x)), y = LN(h + FF(h)), ReLU, dropout 0; Linformer with
-one E [k, n] shared by keys, values and heads), loads tinyformer's weights and checks that it
+file per case), rebuilds each layer in plain torch ops with torch's scaled_dot_product_attention
+for the attention (the post-norm layer of HandLayer in benchmark_libtorch.cpp:
+h = LN(x + Attn(x)), y = LN(h + FF(h)), ReLU, dropout 0; Linformer with one E [k, n] shared by
+keys, values and heads), loads tinyformer's weights and checks that it
 computes tinyformer's output and gradients. Then, unless --check-only, it times forward
 (inference_mode) and forward+backward (the input requires grad, loss sum(y * r)) in float32 and
 under bfloat16 autocast, taking turns, and writes JSON (--json; by default
@@ -20,7 +21,6 @@ frameworks. Float64 exports (--export-float64): everything to --rtol64.
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -71,9 +71,10 @@ class HandLayer(torch.nn.Module):
         def split(t, r):
             return t.view(b, r, self.heads, dh).transpose(1, 2)  # [B, H, r, dh]
 
-        scores = torch.matmul(split(query, n) * (1.0 / math.sqrt(dh)),
-                              split(key, rows).transpose(-2, -1))  # [B, H, n, r]
-        context = torch.matmul(torch.softmax(scores, -1), split(value, rows))
+        # PyTorch's fused attention (its flash or memory-efficient kernel where the case allows),
+        # the same math as softmax(q k^T / sqrt(dh)) v.
+        context = torch.nn.functional.scaled_dot_product_attention(
+            split(query, n), split(key, rows), split(value, rows))  # [B, H, n, dh]
         attended = torch.nn.functional.linear(context.transpose(1, 2).reshape(b, n, d),
                                               p("out_proj.weight"), p("out_proj.bias"))
         h = torch.nn.functional.layer_norm(x + attended, (d,), p("norm1.weight"),

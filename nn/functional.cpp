@@ -60,22 +60,35 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   TF_CHECK(std::isfinite(dropout_p) && dropout_p >= 0.0 && dropout_p <= 1.0, op,
            ": expected a dropout_p in [0, 1], got ", dropout_p);
   TF_CHECK(!scale || std::isfinite(*scale), op, ": expected a finite scale, got ", *scale);
-  Tensor scores = matmul(query, key.transpose(-2, -1));  // [..., n, m]
-  scores = scores * scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
-  const double minus_inf = -std::numeric_limits<double>::infinity();
+  Shape scores_shape = query.shape();  // [..., n, m]
+  scores_shape.back() = key.size(-2);
   if (attn_mask.defined()) {
     TF_CHECK(attn_mask.dtype() == DType::boolean || attn_mask.dtype() == query.dtype(), op,
              ": expected a bool attn_mask (true = takes part) or an additive one of the query's ",
              "dtype ", query.dtype(), ", got ", attn_mask.dtype());
     TF_CHECK(attn_mask.device() == query.device(), op, ": expected an attn_mask on ",
              query.device(), ", got one on ", attn_mask.device());
-    const Shape shape = broadcast_shapes(scores.shape(), attn_mask.shape(), op);
-    TF_CHECK(shape == scores.shape(), op, ": an attn_mask of shape ", shape_str(attn_mask.shape()),
-             " does not broadcast to the scores ", shape_str(scores.shape()));
-    scores = attn_mask.dtype() == DType::boolean
-                 ? where(attn_mask, scores, full({}, minus_inf, scores.options()))
-                 : scores + attn_mask;
+    const Shape shape = broadcast_shapes(scores_shape, attn_mask.shape(), op);
+    TF_CHECK(shape == scores_shape, op, ": an attn_mask of shape ", shape_str(attn_mask.shape()),
+             " does not broadcast to the scores ", shape_str(scores_shape));
   }
+  const double head_scale = 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
+  if (!attn_mask.defined() || attn_mask.dtype() == DType::boolean) {
+    // fused_attention, on its default memory-efficient kernel: the mask turned into an
+    // excluded one, a scale other than 1 / sqrt(d) moved onto the query.
+    const Tensor q = scale && *scale != head_scale ? query * (*scale / head_scale) : query;
+    const Tensor excluded =
+        attn_mask.defined()
+            ? eq(attn_mask, zeros({}, {.dtype = DType::boolean, .device = query.device()}))
+            : Tensor();
+    return fused_attention(q, key, value, excluded,
+                           {.causal = is_causal, .dropout = dropout_p, .training = dropout_p > 0});
+  }
+  // An additive mask: the composition, which keeps the scores.
+  Tensor scores = matmul(query, key.transpose(-2, -1));
+  scores = scores * scale.value_or(head_scale);
+  const double minus_inf = -std::numeric_limits<double>::infinity();
+  scores = scores + attn_mask;
   if (is_causal) {
     scores =
         masked_fill(scores, future_mask(query.size(-2), key.size(-2), query.device()), minus_inf);

@@ -38,7 +38,10 @@ Tensor attention(const Tensor& query, const Tensor& key, const Tensor& value,
 //     in the functional form, as in PyTorch), from the default generator;
 //   - is_causal: key j > query i is removed (with attn_mask as well, which PyTorch refuses);
 //   - scale: the factor on the scores, 1 / sqrt(d) by default.
-// A query whose keys are all removed gets NaN, as the math path of PyTorch gives.
+// A query whose keys are all removed gets NaN, as the math path of PyTorch gives. Without a mask
+// or with a bool one it runs fused_attention's memory-efficient kernel (no [..., n, m] tensor
+// kept, as PyTorch's flash and memory-efficient kernels); an additive mask takes the
+// composition of products and softmax.
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const Tensor& attn_mask = {}, double dropout_p = 0.0,
                                     bool is_causal = false,

@@ -173,8 +173,13 @@ struct Operands {
     const T minus_inf = -std::numeric_limits<T>::infinity();
     if (mask != nullptr) {
       const bool* m = mask + mo[b] + i * mask_row + c0 * mask_col;
-      for (std::int64_t j = 0; j < c; ++j) {
-        if (m[j * mask_col]) row[j] = minus_inf;
+      if (mask_col == 1) {
+#pragma omp simd
+        for (std::int64_t j = 0; j < c; ++j) row[j] = m[j] ? minus_inf : row[j];
+      } else {
+        for (std::int64_t j = 0; j < c; ++j) {
+          if (m[j * mask_col]) row[j] = minus_inf;
+        }
       }
     }
     if (causal) {

@@ -28,6 +28,39 @@
 
 namespace tinyformer::reference {
 
+namespace {
+// The three gradients of one matrix from dS and the probabilities pd that multiplied v:
+// grad_query = scale dS k, grad_key = scale dS^T q, grad_value = pd^T g; written at the offsets.
+void write_gradients(const Matrix& ds, const Matrix& pd, const Matrix& q, const Matrix& k,
+                     const Matrix& g, double scale, const AttentionShape& s,
+                     const Tensor& grad_query, std::int64_t gq_at, const Tensor& grad_key,
+                     std::int64_t gk_at, const Tensor& grad_value, std::int64_t gv_at) {
+  Matrix gq(s.n, s.d), gk(s.m, s.d), gv(s.m, s.dv);
+  for (std::int64_t i = 0; i < s.n; ++i) {
+    for (std::int64_t c = 0; c < s.d; ++c) {
+      double acc = 0.0;
+      for (std::int64_t j = 0; j < s.m; ++j) acc += ds(i, j) * k(j, c);
+      gq(i, c) = scale * acc;
+    }
+  }
+  for (std::int64_t j = 0; j < s.m; ++j) {
+    for (std::int64_t c = 0; c < s.d; ++c) {
+      double acc = 0.0;
+      for (std::int64_t i = 0; i < s.n; ++i) acc += ds(i, j) * q(i, c);
+      gk(j, c) = scale * acc;
+    }
+    for (std::int64_t e = 0; e < s.dv; ++e) {
+      double acc = 0.0;
+      for (std::int64_t i = 0; i < s.n; ++i) acc += pd(i, j) * g(i, e);
+      gv(j, e) = acc;
+    }
+  }
+  write_matrix(grad_query, gq_at, gq);
+  write_matrix(grad_key, gk_at, gk);
+  write_matrix(grad_value, gv_at, gv);
+}
+}  // namespace
+
 void ReferenceBackend::attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                  const Tensor& excluded_mask, bool causal, double scale,
                                  const Tensor& probs, const Tensor& out) {
@@ -102,29 +135,8 @@ void ReferenceBackend::attention_backward(const Tensor& grad, const Tensor& quer
       }
       for (std::int64_t j = 0; j < s.m; ++j) ds(i, j) = p(i, j) * (ds(i, j) - dot);
     }
-    Matrix gq(s.n, s.d), gk(s.m, s.d), gv(s.m, s.dv);
-    for (std::int64_t i = 0; i < s.n; ++i) {
-      for (std::int64_t c = 0; c < s.d; ++c) {
-        double acc = 0.0;
-        for (std::int64_t j = 0; j < s.m; ++j) acc += ds(i, j) * k(j, c);
-        gq(i, c) = scale * acc;
-      }
-    }
-    for (std::int64_t j = 0; j < s.m; ++j) {
-      for (std::int64_t c = 0; c < s.d; ++c) {
-        double acc = 0.0;
-        for (std::int64_t i = 0; i < s.n; ++i) acc += ds(i, j) * q(i, c);
-        gk(j, c) = scale * acc;
-      }
-      for (std::int64_t e = 0; e < s.dv; ++e) {
-        double acc = 0.0;
-        for (std::int64_t i = 0; i < s.n; ++i) acc += p(i, j) * g(i, e);
-        gv(j, e) = acc;
-      }
-    }
-    write_matrix(grad_query, of(gqo), gq);
-    write_matrix(grad_key, of(gko), gk);
-    write_matrix(grad_value, of(gvo), gv);
+    write_gradients(ds, p, q, k, g, scale, s, grad_query, of(gqo), grad_key, of(gko), grad_value,
+                    of(gvo));
   }
 }
 
@@ -233,29 +245,12 @@ void ReferenceBackend::flash_attention_backward(const Tensor& grad, const Tensor
       }
       for (std::int64_t j = 0; j < s.m; ++j) ds(i, j) = f.p(i, j) * (ds(i, j) - dot);
     }
-    Matrix gq(s.n, s.d), gk(s.m, s.d), gv(s.m, s.dv);
+    Matrix pd(s.n, s.m);  // the probabilities as the product with v saw them
     for (std::int64_t i = 0; i < s.n; ++i) {
-      for (std::int64_t c = 0; c < s.d; ++c) {
-        double acc = 0.0;
-        for (std::int64_t j = 0; j < s.m; ++j) acc += ds(i, j) * k(j, c);
-        gq(i, c) = scale * acc;
-      }
+      for (std::int64_t j = 0; j < s.m; ++j) pd(i, j) = f.p(i, j) * f.factor(i, j);
     }
-    for (std::int64_t j = 0; j < s.m; ++j) {
-      for (std::int64_t c = 0; c < s.d; ++c) {
-        double acc = 0.0;
-        for (std::int64_t i = 0; i < s.n; ++i) acc += ds(i, j) * q(i, c);
-        gk(j, c) = scale * acc;
-      }
-      for (std::int64_t e = 0; e < s.dv; ++e) {
-        double acc = 0.0;
-        for (std::int64_t i = 0; i < s.n; ++i) acc += f.p(i, j) * f.factor(i, j) * g(i, e);
-        gv(j, e) = acc;
-      }
-    }
-    write_matrix(grad_query, of(gqo), gq);
-    write_matrix(grad_key, of(gko), gk);
-    write_matrix(grad_value, of(gvo), gv);
+    write_gradients(ds, pd, q, k, g, scale, s, grad_query, of(gqo), grad_key, of(gko), grad_value,
+                    of(gvo));
   }
 }
 
