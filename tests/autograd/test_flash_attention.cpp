@@ -182,9 +182,11 @@ TEST_CASE("memory-efficient attention: peak memory linear in n, materialized qua
   // Linear: a bound of 64 floats per query row and head covers the output, its gradient, the
   // three input gradients, lse, D and the per-thread tiles (fixed in n); P alone is n floats
   // per row and head.
-  for (const auto& [n, bytes] : {std::pair{1024, efficient_1k}, std::pair{2048, efficient_2k}}) {
+  for (const std::pair<std::int64_t, std::int64_t>& at :
+       {std::pair{std::int64_t{1024}, efficient_1k}, std::pair{std::int64_t{2048}, efficient_2k}}) {
+    const std::int64_t n = at.first;
     CAPTURE(n);
-    CHECK(bytes < 4 * n * 64 * 4 + 8 * 1024 * 1024);
+    CHECK(at.second < 4 * n * 64 * 4 + 8 * 1024 * 1024);
   }
   CHECK(static_cast<double>(efficient_2k) / static_cast<double>(efficient_1k) < 2.3);
   CHECK(materialized_2k > 4 * efficient_2k);

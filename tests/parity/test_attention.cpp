@@ -199,6 +199,20 @@ TEST_CASE("parity: attention with empty sizes and rows that exclude every key") 
   }
 }
 
+// An uninitialised tensor on the target's device, for the bad-input cases.
+Tensor on_dev(const Shape& shape, DType dtype = DType::float32) {
+  return empty(shape, {.dtype = dtype, .device = device()});
+}
+
+// `call` throws an Error whose message names `op` and contains `part`.
+template <typename F>
+void fails(const std::string& op, F&& call, const std::string& part) {
+  const std::string msg = error_of(call);
+  INFO(msg);
+  CHECK(msg.find(op) != std::string::npos);
+  CHECK(msg.find(part) != std::string::npos);
+}
+
 // flash_attention and its backward on one case, both backends, with dropout probability p
 // (the same counters on both: seed 11, offset 5). The backward also where rows are NaN: every
 // gradient they reach is NaN on both sides, which check_close compares as equal.
@@ -289,15 +303,6 @@ TEST_CASE("parity: attention, memory-efficient, with empty sizes and rows that e
 
 TEST_CASE("parity: attention, memory-efficient: bad input is an Error naming the op") {
   if (!available() || !supports(DType::float32)) return;
-  const auto on_dev = [](const Shape& shape, DType dtype = DType::float32) {
-    return empty(shape, {.dtype = dtype, .device = device()});
-  };
-  const auto fails = [](const std::string& op, auto&& call, const std::string& part) {
-    const std::string msg = error_of(call);
-    INFO(msg);
-    CHECK(msg.find(op) != std::string::npos);
-    CHECK(msg.find(part) != std::string::npos);
-  };
   const Tensor q = on_dev({2, 3, 4}), k = on_dev({2, 5, 4}), v = on_dev({2, 5, 6});
   const Tensor lse = on_dev({2, 3}), out = on_dev({2, 3, 6});
   const AttentionDropout none;
@@ -358,15 +363,6 @@ TEST_CASE("parity: attention, memory-efficient: bad input is an Error naming the
 
 TEST_CASE("parity: attention's bad input is an Error naming the op") {
   if (!available() || !supports(DType::float32)) return;
-  const auto on_dev = [](const Shape& shape, DType dtype = DType::float32) {
-    return empty(shape, {.dtype = dtype, .device = device()});
-  };
-  const auto fails = [](const std::string& op, auto&& call, const std::string& part) {
-    const std::string msg = error_of(call);
-    INFO(msg);
-    CHECK(msg.find(op) != std::string::npos);
-    CHECK(msg.find(part) != std::string::npos);
-  };
   const Tensor q = on_dev({2, 3, 4}), k = on_dev({2, 5, 4}), v = on_dev({2, 5, 6});
   const Tensor probs = on_dev({2, 3, 5}), out = on_dev({2, 3, 6});
   const auto run = [&](const Tensor& q_, const Tensor& k_, const Tensor& v_, const Tensor& mask,
