@@ -185,7 +185,7 @@ void attention_forward(const Tensor& query, const Tensor& key, const Tensor& val
   const bool max_from_product = !masked && !causal;
   std::vector<float> row_max(
       static_cast<std::size_t>(packed_key.used() ? kGroupRows * threads : 0));
-  for_items(s.batches * blocks, threads, [&](std::int64_t item) {
+  for_items_with_slots(s.batches * blocks, threads, [&](std::int64_t item, int slot) {
     const std::size_t b = static_cast<std::size_t>(item / blocks);
     const std::int64_t r0 = (item % blocks) * rows, r = std::min(rows, s.n - r0);
     T* block = p + (static_cast<std::int64_t>(b) * s.n + r0) * s.m;
@@ -205,8 +205,7 @@ void attention_forward(const Tensor& query, const Tensor& key, const Tensor& val
     };
     if constexpr (std::is_same_v<T, float>) {
       if (packed_key.used()) {
-        float* max =
-            max_from_product ? row_max.data() + omp_get_thread_num() * kGroupRows : nullptr;
+        float* max = max_from_product ? row_max.data() + slot * kGroupRows : nullptr;
         for (std::int64_t i0 = 0; i0 < r; i0 += kGroupRows) {
           const std::int64_t g = std::min(kGroupRows, r - i0);
           avx512::gemm_nt(g, keys, s.d, static_cast<float>(scale), q + qo[b] + (r0 + i0) * ldq, ldq,
@@ -337,9 +336,9 @@ void attention_backward_impl(const Tensor& grad, const Tensor& query, const Tens
     const std::int64_t per_thread = block_elements + (s.d + s.dv) * s.m + tn_elements;
     const Tensor scratch = scratch_tensor<T>(per_thread * threads);
     T* const scratch_data = scratch.data<T>();
-    for_items(s.batches, threads, [&](std::int64_t item) {
+    for_items_with_slots(s.batches, threads, [&](std::int64_t item, int slot) {
       const std::size_t b = static_cast<std::size_t>(item);
-      T* block = scratch_data + omp_get_thread_num() * per_thread;
+      T* block = scratch_data + slot * per_thread;
       T* gk_t = block + block_elements;  // [d, m]
       T* gv_t = gk_t + s.d * s.m;        // [dv, m]
       T* tn_scratch = gv_t + s.dv * s.m;

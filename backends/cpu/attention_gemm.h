@@ -91,6 +91,23 @@ inline void for_items(std::int64_t items, int threads, Body body) {
   }
 }
 
+// Runs body(item, slot) for item in [0, items) over at most `threads` threads, as for_items
+// does; slot, in [0, threads), is the calling thread's own index into per-thread scratch. Slots
+// are handed out in the team itself (an atomic counter), not read from omp_get_thread_num(),
+// which names a thread of whichever OpenMP runtime that symbol resolves to when two are loaded
+// (a clang build's libomp beside the libgomp that OpenBLAS links).
+template <typename Body>
+inline void for_items_with_slots(std::int64_t items, int threads, Body body) {
+  std::atomic<int> next_slot{0};
+#pragma omp parallel num_threads(threads)
+  {
+    const int slot = next_slot.fetch_add(1);
+    omp_set_num_threads(1);
+#pragma omp for schedule(static)
+    for (std::int64_t item = 0; item < items; ++item) body(item, slot);
+  }
+}
+
 // Scratch comes from the tensor allocator, which keeps freed blocks for the next call: a
 // std::vector would fault in and zero its pages at every call.
 template <typename T>

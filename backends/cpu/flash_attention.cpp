@@ -252,10 +252,10 @@ void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value,
   GemmStatus status;
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const T nan = std::numeric_limits<T>::quiet_NaN();
-  for_items(s.batches * tiles, threads, [&](std::int64_t item) {
+  for_items_with_slots(s.batches * tiles, threads, [&](std::int64_t item, int slot) {
     const std::size_t b = static_cast<std::size_t>(item / tiles);
     const std::int64_t r0 = (item % tiles) * kQueryTile, r = std::min(kQueryTile, s.n - r0);
-    T* tile = scratch_data + omp_get_thread_num() * per_thread;
+    T* tile = scratch_data + slot * per_thread;
     T* acc = tile + kQueryTile * kKeyTile;
     T* pv = acc + kQueryTile * s.dv;
     T* mx = pv + product;
@@ -422,9 +422,9 @@ void flash_backward(const Tensor& grad, const Tensor& query, const Tensor& key, 
     T* dq;
     T* tn;
   };
-  const auto tile = [&](std::size_t b, std::int64_t r0, std::int64_t r, std::int64_t c0,
+  const auto tile = [&](int slot, std::size_t b, std::int64_t r0, std::int64_t r, std::int64_t c0,
                         std::int64_t c) {
-    T* base = scratch_data + omp_get_thread_num() * per_thread;
+    T* base = scratch_data + slot * per_thread;
     const std::int64_t tiles = dropout.active() ? 3 : 2;
     Tile t{base, base, base + tile_elements, base + tiles * tile_elements,
            base + tiles * tile_elements + dq_elements};
@@ -503,7 +503,8 @@ void flash_backward(const Tensor& grad, const Tensor& query, const Tensor& key, 
 
   // grad_key and grad_value for keys [c0, c0 + c) of matrix b, from every query tile that may
   // attend to them; with_query: grad_query gathers its share in the same pass.
-  const auto key_tile = [&](std::size_t b, std::int64_t c0, std::int64_t c, bool with_query) {
+  const auto key_tile = [&](int slot, std::size_t b, std::int64_t c0, std::int64_t c,
+                            bool with_query) {
     T* gk_tile = gk + gko[b] + c0 * ldgk;
     T* gv_tile = gv + gvo[b] + c0 * ldgv;
     const std::int64_t first = a.row_begin(c0);
@@ -514,7 +515,7 @@ void flash_backward(const Tensor& grad, const Tensor& query, const Tensor& key, 
     }
     for (std::int64_t r0 = first; r0 < s.n; r0 += kQueryTile) {
       const std::int64_t r = std::min(kQueryTile, s.n - r0);
-      const Tile t = tile(b, r0, r, c0, c);
+      const Tile t = tile(slot, b, r0, r, c0, c);
       const bool accumulate = r0 != first;
       bool done = false;
       if constexpr (std::is_same_v<T, float>) {
@@ -539,32 +540,32 @@ void flash_backward(const Tensor& grad, const Tensor& query, const Tensor& key, 
 
   const std::int64_t key_tiles = (s.m + kKeyTile - 1) / kKeyTile;
   if (s.batches >= kMinMatrices) {
-    for_items(s.batches, threads, [&](std::int64_t item) {
+    for_items_with_slots(s.batches, threads, [&](std::int64_t item, int slot) {
       const std::size_t b = static_cast<std::size_t>(item);
       zero_rows(gq + gqo[b], s.n, s.d, ldgq);
       for (std::int64_t c0 = 0; c0 < s.m; c0 += kKeyTile) {
-        key_tile(b, c0, std::min(kKeyTile, s.m - c0), true);
+        key_tile(slot, b, c0, std::min(kKeyTile, s.m - c0), true);
       }
     });
     status.check(op);
     return;
   }
 
-  for_items(s.batches * key_tiles, threads, [&](std::int64_t item) {
+  for_items_with_slots(s.batches * key_tiles, threads, [&](std::int64_t item, int slot) {
     const std::size_t b = static_cast<std::size_t>(item / key_tiles);
     const std::int64_t c0 = (item % key_tiles) * kKeyTile;
-    key_tile(b, c0, std::min(kKeyTile, s.m - c0), false);
+    key_tile(slot, b, c0, std::min(kKeyTile, s.m - c0), false);
   });
   status.check(op);
   const std::int64_t query_tiles = (s.n + kQueryTile - 1) / kQueryTile;
-  for_items(s.batches * query_tiles, threads, [&](std::int64_t item) {
+  for_items_with_slots(s.batches * query_tiles, threads, [&](std::int64_t item, int slot) {
     const std::size_t b = static_cast<std::size_t>(item / query_tiles);
     const std::int64_t r0 = (item % query_tiles) * kQueryTile, r = std::min(kQueryTile, s.n - r0);
     const std::int64_t keys = a.key_end(r0, r);
     if (keys == 0) zero_rows(gq + gqo[b] + r0 * ldgq, r, s.d, ldgq);
     for (std::int64_t c0 = 0; c0 < keys; c0 += kKeyTile) {
       const std::int64_t c = std::min(kKeyTile, keys - c0);
-      query_product(tile(b, r0, r, c0, c), b, r0, r, c0, c, c0 == 0 ? T(0) : T(1));
+      query_product(tile(slot, b, r0, r, c0, c), b, r0, r, c0, c, c0 == 0 ? T(0) : T(1));
     }
   });
   status.check(op);
