@@ -51,7 +51,9 @@ inline AttentionDropout attention_dropout(double p, std::uint64_t seed, std::uin
   d.p = p;
   d.seed = seed;
   d.offset = offset;
-  d.threshold = static_cast<std::uint64_t>((1.0 - p) * 4294967296.0);
+  // p outside [0, 1] is refused by the ops' checks; the threshold is computed within it.
+  const double kept = p < 0.0 ? 1.0 : p > 1.0 ? 0.0 : 1.0 - p;
+  d.threshold = static_cast<std::uint64_t>(kept * 4294967296.0);
   d.scale = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
   return d;
 }
